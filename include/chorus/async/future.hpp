@@ -1,0 +1,88 @@
+#pragma once
+//! \file async/future.hpp
+//! chorus::future: the handle of an asynchronous collective. Move-only.
+//! wait() blocks until the collective finished and rethrows its error;
+//! get() does the same and releases the handle; ready() never blocks;
+//! wait_for() waits at most a duration. An error is never dropped silently:
+//! it is rethrown by wait()/get(), and a failed collective also breaks its
+//! communicator, so the next call on it reports the failure too.
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+
+#include "../core/error.hpp"
+
+namespace chorus {
+
+namespace detail {
+//! Shared completion state of one queued operation.
+struct completion {
+    std::mutex m;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+
+    void complete(std::exception_ptr e) {
+        {
+            std::lock_guard<std::mutex> lk(m);
+            error = std::move(e);
+            done = true;
+        }
+        cv.notify_all();
+    }
+};
+} // namespace detail
+
+class future {
+public:
+    future() = default;
+    explicit future(std::shared_ptr<detail::completion> state) : state_(std::move(state)) {}
+    future(future&&) noexcept = default;
+    future& operator=(future&&) noexcept = default;
+    future(const future&) = delete;
+    future& operator=(const future&) = delete;
+
+    //! True when this future refers to an operation (not default-constructed or consumed by get()).
+    bool valid() const noexcept { return state_ != nullptr; }
+
+    //! True once the operation has finished (successfully or not). Never blocks.
+    bool ready() const {
+        if (!state_) return true;
+        std::lock_guard<std::mutex> lk(state_->m);
+        return state_->done;
+    }
+
+    //! Blocks until the operation finished; rethrows its error.
+    void wait() const {
+        if (!state_) return;
+        std::unique_lock<std::mutex> lk(state_->m);
+        state_->cv.wait(lk, [&] { return state_->done; });
+        if (state_->error) std::rethrow_exception(state_->error);
+    }
+
+    //! Waits at most `d`; true when finished (then rethrows its error like wait()).
+    template <class Rep, class Period>
+    bool wait_for(const std::chrono::duration<Rep, Period>& d) const {
+        if (!state_) return true;
+        std::unique_lock<std::mutex> lk(state_->m);
+        if (!state_->cv.wait_for(lk, d, [&] { return state_->done; })) return false;
+        if (state_->error) std::rethrow_exception(state_->error);
+        return true;
+    }
+
+    //! wait(), then release the handle.
+    void get() {
+        std::shared_ptr<detail::completion> s = std::move(state_);
+        state_.reset();
+        if (!s) throw error(errc::invalid_argument, "chorus::future::get: the future has no state (already consumed?)");
+        future(std::move(s)).wait();
+    }
+
+private:
+    std::shared_ptr<detail::completion> state_;
+};
+
+} // namespace chorus

@@ -1,0 +1,116 @@
+#pragma once
+//! \file async/host_stream.hpp
+//! An in-order queue of host work, one per communicator: the host
+//! analogue of a CUDA stream. Async calls enqueue and return a future; a
+//! worker thread (started on first use) runs them in issue order. A sync
+//! call on an idle stream runs inline on the caller's thread, so the
+//! latency path has no thread hand-off; on a busy stream it queues behind
+//! the pending work and waits, preserving issue order.
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "future.hpp"
+
+namespace chorus::detail {
+
+class host_stream {
+public:
+    host_stream() = default;
+    host_stream(const host_stream&) = delete;
+    host_stream& operator=(const host_stream&) = delete;
+    ~host_stream() { shutdown(); }
+
+    //! Runs fn in issue order and returns when it finished; rethrows its error.
+    template <class Fn>
+    void run_sync(Fn&& fn) {
+        {
+            std::unique_lock<std::mutex> lk(m_);
+            if (busy_ || !queue_.empty()) {
+                lk.unlock();
+                enqueue(std::function<void()>(std::forward<Fn>(fn))).wait();
+                return;
+            }
+            busy_ = true;
+        }
+        struct release {
+            host_stream* s;
+            ~release() {
+                {
+                    std::lock_guard<std::mutex> lk(s->m_);
+                    s->busy_ = false;
+                }
+                s->cv_.notify_all();
+            }
+        } r{this};
+        fn();
+    }
+
+    //! Queues fn behind everything issued before; the future completes when it ran.
+    future enqueue(std::function<void()> fn) {
+        auto state = std::make_shared<completion>();
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            queue_.push_back({std::move(fn), state});
+            if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
+        }
+        cv_.notify_all();
+        return future(state);
+    }
+
+    //! Blocks until everything issued so far has run.
+    void drain() {
+        std::unique_lock<std::mutex> lk(m_);
+        cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
+    }
+
+private:
+    struct item {
+        std::function<void()> fn;
+        std::shared_ptr<completion> state;
+    };
+
+    void loop() {
+        std::unique_lock<std::mutex> lk(m_);
+        for (;;) {
+            cv_.wait(lk, [&] { return (!queue_.empty() && !busy_) || (stop_ && queue_.empty()); });
+            if (queue_.empty()) return; // stop requested and nothing left
+            item it = std::move(queue_.front());
+            queue_.pop_front();
+            busy_ = true;
+            lk.unlock();
+            std::exception_ptr err;
+            try {
+                it.fn();
+            } catch (...) {
+                err = std::current_exception();
+            }
+            it.state->complete(err);
+            lk.lock();
+            busy_ = false;
+            cv_.notify_all();
+        }
+    }
+
+    void shutdown() {
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        if (worker_.joinable()) worker_.join();
+    }
+
+    std::mutex m_;
+    std::condition_variable cv_;
+    std::deque<item> queue_;
+    bool busy_ = false;
+    bool stop_ = false;
+    std::thread worker_;
+};
+
+} // namespace chorus::detail

@@ -1,0 +1,123 @@
+#pragma once
+//! \file backend/host_wait.hpp
+//! Progress flags for ranks that are host threads, and the bounded wait on
+//! them: spin briefly, then yield, then block in the kernel (a futex on
+//! Linux) in slices, re-checking the abort flag and the deadline after each.
+//! A poster wakes blocked waiters only when there are any, so the common,
+//! fast path is one store.
+
+#include <atomic>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <thread>
+
+#if defined(__linux__)
+#  include <linux/futex.h>
+#  include <sys/syscall.h>
+#  include <time.h>
+#  include <unistd.h>
+#endif
+#if defined(__x86_64__) || defined(__i386__)
+#  include <immintrin.h>
+#endif
+
+#include "../core/error.hpp"
+
+namespace chorus::detail {
+
+//! One (rank, channel) progress flag, on its own cache line.
+struct alignas(64) host_flag {
+    std::atomic<std::uint64_t> value{0};  //!< (sequence << 32) | units done
+    std::atomic<std::uint32_t> epoch{0};  //!< bumped on every post: the futex word
+    std::atomic<std::uint32_t> waiters{0};//!< threads blocked (or about to block) on epoch
+};
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
+
+inline void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, std::chrono::nanoseconds slice) {
+#if defined(__linux__)
+    timespec ts{};
+    ts.tv_sec = static_cast<time_t>(slice.count() / 1000000000);
+    ts.tv_nsec = static_cast<long>(slice.count() % 1000000000);
+    static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, &ts, nullptr, 0);
+#else
+    (void)word;
+    (void)expected;
+    std::this_thread::sleep_for(slice < std::chrono::microseconds(200) ? slice : std::chrono::microseconds(200));
+#endif
+}
+
+inline void futex_wake_all(std::atomic<std::uint32_t>& word) {
+#if defined(__linux__)
+    syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+#else
+    (void)word;
+#endif
+}
+
+//! Publishes a new flag value (release) and wakes blocked waiters, if any.
+inline void post_flag(host_flag& f, std::uint64_t v) {
+    f.value.store(v, std::memory_order_seq_cst);
+    f.epoch.fetch_add(1, std::memory_order_seq_cst);
+    if (f.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(f.epoch);
+}
+
+//! Wakes everyone blocked on the flag without changing its value (abort).
+inline void nudge_flag(host_flag& f) {
+    f.epoch.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake_all(f.epoch);
+}
+
+//! How long to spin and yield before blocking.
+struct backoff_policy {
+    int spins = 2000;  //!< polls with a pause instruction
+    int yields = 64;   //!< polls with a yield
+    std::chrono::milliseconds block_slice{20}; //!< longest single block before re-checking abort/deadline
+};
+
+//! Waits until f.value >= target. Returns ok, aborted (when *abort_flag
+//! becomes true) or timeout (at `deadline`).
+inline status wait_flag(host_flag& f, std::uint64_t target, const std::atomic<bool>& abort_flag,
+                        std::chrono::steady_clock::time_point deadline, const backoff_policy& bp) {
+    using clock = std::chrono::steady_clock;
+    for (int i = 0; i < bp.spins; ++i) {
+        if (f.value.load(std::memory_order_acquire) >= target) return status::ok;
+        cpu_relax();
+    }
+    for (int i = 0; i < bp.yields; ++i) {
+        if (f.value.load(std::memory_order_acquire) >= target) return status::ok;
+        if (abort_flag.load(std::memory_order_relaxed)) return status::aborted;
+        std::this_thread::yield();
+    }
+    for (;;) {
+        const std::uint32_t e = f.epoch.load(std::memory_order_seq_cst);
+        f.waiters.fetch_add(1, std::memory_order_seq_cst);
+        if (f.value.load(std::memory_order_seq_cst) >= target) {
+            f.waiters.fetch_sub(1, std::memory_order_relaxed);
+            return status::ok;
+        }
+        if (abort_flag.load(std::memory_order_seq_cst)) {
+            f.waiters.fetch_sub(1, std::memory_order_relaxed);
+            return status::aborted;
+        }
+        const auto now = clock::now();
+        if (now >= deadline) {
+            f.waiters.fetch_sub(1, std::memory_order_relaxed);
+            return status::timeout;
+        }
+        const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);
+        futex_wait(f.epoch, e, left < bp.block_slice ? left : std::chrono::nanoseconds(bp.block_slice));
+        f.waiters.fetch_sub(1, std::memory_order_relaxed);
+        if (f.value.load(std::memory_order_acquire) >= target) return status::ok;
+    }
+}
+
+} // namespace chorus::detail

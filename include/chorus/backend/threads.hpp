@@ -1,0 +1,396 @@
+#pragma once
+//! \file backend/threads.hpp
+//! The threads backend: ranks are threads of one process sharing memory.
+//! Zero-copy: for the duration of a collective each rank registers its
+//! buffers in a descriptor, and peers read them directly. Progress flags
+//! are per (rank, channel); see algo/schedule.hpp for the protocol.
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../algo/ring.hpp"
+#include "../async/future.hpp"
+#include "../async/host_stream.hpp"
+#include "../core/error.hpp"
+#include "../exec/host_reduce_copy.hpp"
+#include "../exec/rank_program.hpp"
+#include "host_wait.hpp"
+
+namespace chorus {
+
+//! Backend tag: ranks are threads of one process (see run_threads).
+struct threads {
+    static constexpr const char* name = "threads";
+};
+
+template <class Backend>
+class communicator;
+
+namespace detail {
+
+//! What a rank registers for one collective; peers read it after acquiring
+//! the rank's flag for that sequence number.
+struct descriptor {
+    std::uint64_t seq = 0;
+    const void* in = nullptr;
+    void* out = nullptr;
+    void* scratch = nullptr;
+    std::uint64_t count = 0;
+    std::uint64_t elem_bytes = 0;
+    collective coll = collective::barrier;
+    int root = 0;
+    int channels = 0;
+};
+
+struct alignas(64) rank_slot {
+    descriptor desc[2];            //!< indexed by seq & 1
+    host_flag flags[max_channels]; //!< one per channel
+};
+
+inline std::chrono::milliseconds default_timeout() {
+    if (const char* s = std::getenv("CHORUS_TIMEOUT_MS")) {
+        char* end = nullptr;
+        const long long v = std::strtoll(s, &end, 10);
+        if (end != s && v > 0) return std::chrono::milliseconds(v);
+    }
+    return std::chrono::minutes(5);
+}
+
+//! State shared by the ranks of one threads communicator.
+class threads_world {
+public:
+    explicit threads_world(int n) : size_(n), slots_(new rank_slot[static_cast<std::size_t>(n)]) {
+        const unsigned hw = std::thread::hardware_concurrency();
+        // More ranks than cores: spinning only steals the core from the rank being waited for.
+        if (hw != 0 && static_cast<unsigned>(n) > hw) backoff_.spins = 50;
+    }
+    int size() const noexcept { return size_; }
+    rank_slot& slot(int r) { return slots_[static_cast<std::size_t>(r)]; }
+    const backoff_policy& backoff() const noexcept { return backoff_; }
+    const std::atomic<bool>& abort_flag() const noexcept { return aborted_; }
+    bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+
+    //! Breaks the communicator: every current and future wait fails with
+    //! `reason`. The first reason wins.
+    void abort(errc code, const std::string& reason) {
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            if (!aborted_.load()) {
+                reason_ = reason;
+                code_ = code;
+            }
+            aborted_.store(true, std::memory_order_seq_cst);
+        }
+        for (int r = 0; r < size_; ++r)
+            for (auto& f : slot(r).flags) nudge_flag(f);
+    }
+    std::string reason() const {
+        std::lock_guard<std::mutex> lk(m_);
+        return reason_;
+    }
+    errc reason_code() const {
+        std::lock_guard<std::mutex> lk(m_);
+        return code_;
+    }
+
+private:
+    int size_;
+    std::unique_ptr<rank_slot[]> slots_;
+    std::atomic<bool> aborted_{false};
+    mutable std::mutex m_;
+    std::string reason_;
+    errc code_ = errc::aborted;
+    backoff_policy backoff_{};
+};
+
+//! Scratch memory a rank registers: grown on demand (never per call once
+//! large enough), pre-faulted so no collective pays page faults.
+class scratch_buffer {
+public:
+    void* reserve(std::size_t bytes) {
+        if (bytes > bytes_) {
+            const std::size_t want = bytes < 2 * bytes_ ? 2 * bytes_ : bytes;
+            std::unique_ptr<std::byte[]> p(new std::byte[want]);
+            std::memset(p.get(), 0, want); // touch every page now
+            data_ = std::move(p);
+            bytes_ = want;
+        }
+        return data_.get();
+    }
+    std::size_t bytes() const noexcept { return bytes_; }
+
+private:
+    std::unique_ptr<std::byte[]> data_;
+    std::size_t bytes_ = 0;
+};
+
+//! Builds an error for collective `coll` from a failed status.
+[[noreturn]] inline void throw_for(threads_world& w, collective coll, status st, const std::string& detail_msg) {
+    const std::string head = std::string("chorus::") + collective_name(coll) + ": ";
+    if (st == status::aborted) {
+        const errc code = w.reason_code();
+        throw error(code == errc::aborted ? errc::aborted : code, head + "communicator aborted: " + w.reason());
+    }
+    throw error(st == status::timeout ? errc::timeout : errc::mismatch, head + detail_msg);
+}
+
+} // namespace detail
+
+//! A rank's handle on a group of thread ranks. Not copyable or movable
+//! (peers hold pointers into it while collectives run). All ranks must
+//! issue collectives in the same order.
+template <>
+class communicator<threads> {
+public:
+    communicator(std::shared_ptr<detail::threads_world> world, int rank)
+        : world_(std::move(world)), rank_(rank), timeout_(detail::default_timeout()),
+          peer_desc_(static_cast<std::size_t>(world_->size())) {}
+    communicator(const communicator&) = delete;
+    communicator& operator=(const communicator&) = delete;
+    ~communicator() { stream_.drain(); }
+
+    int rank() const noexcept { return rank_; }
+    int size() const noexcept { return world_->size(); }
+
+    //! Deadline for every wait inside one collective (default: CHORUS_TIMEOUT_MS or 5 minutes).
+    void set_timeout(std::chrono::milliseconds t) {
+        if (t.count() <= 0) throw error(errc::invalid_argument, "chorus::communicator::set_timeout: `t` must be positive");
+        timeout_ = t;
+    }
+    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
+    //! Releases every waiter of every rank with an error; the communicator
+    //! is broken afterwards (every call fails). Callable from any thread.
+    void abort(const std::string& why = "comm.abort() called") {
+        world_->abort(errc::aborted, "rank " + std::to_string(rank_) + ": " + why);
+    }
+    //! True after abort() or after any rank's collective failed.
+    bool broken() const noexcept { return world_->aborted(); }
+
+    //! Blocks until every collective issued on this communicator has finished.
+    void synchronize() { stream_.drain(); }
+
+    //! \internal Runs (or queues) one collective. Buffers were validated by the caller.
+    template <class T, class Op, class Algo>
+    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async) {
+        if (world_->aborted())
+            throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
+                                           ": the communicator is broken (" + world_->reason() + "); create a new one");
+        const std::uint64_t seq = next_seq_++;
+        auto task = [this, coll, in, out, count, op, root, seq] { run<T, Op, Algo>(coll, in, out, count, op, root, seq); };
+        if (async) return stream_.enqueue(std::function<void()>(task));
+        stream_.run_sync(task);
+        return future();
+    }
+
+private:
+    template <class T, class Op>
+    struct env;
+
+    template <class T, class Op, class Algo>
+    void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq);
+
+    std::shared_ptr<detail::threads_world> world_;
+    int rank_;
+    std::uint64_t next_seq_ = 1;
+    std::chrono::milliseconds timeout_;
+    detail::scratch_buffer scratch_;
+    std::vector<detail::descriptor> peer_desc_; //!< peers' descriptors, cached per collective
+    detail::host_stream stream_;
+};
+
+//! The host executor's environment for one collective on one rank.
+template <class T, class Op>
+struct communicator<threads>::env {
+    detail::threads_world& w;
+    communicator<threads>& self;
+    const detail::descriptor& mine;
+    std::uint64_t seq;
+    Op op;
+    bool streaming;
+    std::chrono::steady_clock::time_point deadline;
+    std::uint64_t units;
+    // where a wait failed, for the error message
+    int bad_peer = -1;
+    int bad_channel = 0;
+    std::uint64_t bad_units = 0;
+    std::string mismatch;
+
+    detail::status wait(int peer, int c, std::uint64_t u) {
+        const std::uint64_t target = (seq << 32) | u;
+        const detail::status st =
+            detail::wait_flag(w.slot(peer).flags[c], target, w.abort_flag(), deadline, w.backoff());
+        if (st != detail::status::ok) {
+            bad_peer = peer;
+            bad_channel = c;
+            bad_units = u;
+        }
+        return st;
+    }
+
+    void post(int c, std::uint64_t u) {
+        if (streaming) detail::store_fence();
+        detail::post_flag(w.slot(self.rank_).flags[c], (seq << 32) | u);
+    }
+
+    //! The peer's descriptor for this collective, checked against ours.
+    const detail::descriptor* peer(int r) {
+        detail::descriptor& d = self.peer_desc_[static_cast<std::size_t>(r)];
+        if (d.seq != seq) {
+            d = w.slot(r).desc[seq & 1];
+            if (d.seq != seq || d.coll != mine.coll || d.count != mine.count || d.elem_bytes != mine.elem_bytes ||
+                d.root != mine.root || d.channels != mine.channels) {
+                mismatch = describe(r, d);
+                d.seq = 0;
+                return nullptr;
+            }
+        }
+        return &d;
+    }
+
+    std::string describe(int r, const detail::descriptor& d) const {
+        auto one = [](int rank, const detail::descriptor& x) {
+            return "rank " + std::to_string(rank) + " called " + collective_name(x.coll) + " with count " +
+                   std::to_string(x.count) + " of " + std::to_string(x.elem_bytes) + "-byte elements, root " +
+                   std::to_string(x.root) + ", " + std::to_string(x.channels) + " channel(s)";
+        };
+        if (d.seq != seq) return "rank " + std::to_string(r) + " is at a different collective (sequence numbers differ)";
+        return one(self.rank_, mine) + " but " + one(r, d);
+    }
+
+    T* base(const operand& o) {
+        const detail::descriptor* d = o.rank == self.rank_ ? &mine : peer(o.rank);
+        if (d == nullptr) return nullptr;
+        switch (o.loc) {
+        case where::in: return const_cast<T*>(static_cast<const T*>(d->in)) + o.offset;
+        case where::out: return static_cast<T*>(d->out) + o.offset;
+        case where::scratch: return static_cast<T*>(d->scratch) + o.offset;
+        case where::none: break;
+        }
+        return nullptr;
+    }
+
+    detail::status execute(const step& s) {
+        if (s.count == 0) return detail::status::ok;
+        T* dst = base(s.dst);
+        const T* a = base(s.src0);
+        const T* b = s.src1.loc == where::none ? nullptr : base(s.src1);
+        if (dst == nullptr || a == nullptr || (s.src1.loc != where::none && b == nullptr)) return detail::status::mismatch;
+        detail::host_reduce_copy(dst, a, b, static_cast<std::size_t>(s.count), op, s.finish ? w.size() : 0, streaming);
+        return detail::status::ok;
+    }
+};
+
+template <class T, class Op, class Algo>
+void communicator<threads>::run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
+                                std::uint64_t seq) {
+    detail::threads_world& w = *world_;
+    if (w.aborted()) detail::throw_for(w, coll, detail::status::aborted, {});
+    const int n = w.size();
+    constexpr ring_params P = Algo::params;
+    // Plan relative to a 16-byte aligned base: ranks must agree on the plan
+    // and may hold buffers at different offsets; the executor peels each
+    // chunk's ragged head/tail itself.
+    const ring_plan plan = make_ring_plan(coll, rank_, n, root, count, sizeof(T), 0, P.channels, P.chunk_bytes);
+    const ring_schedule sch{plan};
+
+    detail::descriptor& mine = w.slot(rank_).desc[seq & 1];
+    mine.seq = seq;
+    mine.in = in;
+    mine.out = out;
+    mine.scratch = plan.scratch_elems() ? scratch_.reserve(plan.scratch_elems() * sizeof(T)) : nullptr;
+    mine.count = count;
+    mine.elem_bytes = sizeof(T);
+    mine.coll = coll;
+    mine.root = root;
+    mine.channels = P.channels;
+
+    // Large transfers stream past the cache (they do not fit anyway).
+    const std::uint64_t bytes = (coll == collective::all_gather ? count * std::uint64_t(n) : count) * sizeof(T);
+    env<T, Op> e{w, *this, mine, seq, op, bytes >= (std::uint64_t(8) << 20), std::chrono::steady_clock::now() + timeout_,
+                 plan.units(), -1, 0, 0, {}};
+    for (int c = 0; c < P.channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish
+
+    detail::status st = detail::status::ok;
+    if (coll == collective::barrier) {
+        for (int r = 0; r < n && st == detail::status::ok; ++r)
+            if (r != rank_) st = e.wait(r, 0, 0);
+    } else {
+        st = detail::run_rank_interleaved(sch, e);
+    }
+    if (st == detail::status::ok) return;
+
+    // Failed: make every rank fail, then report what this rank saw.
+    std::string msg;
+    if (st == detail::status::timeout) {
+        msg = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for rank " +
+              std::to_string(e.bad_peer) + " (channel " + std::to_string(e.bad_channel) + ", unit " +
+              std::to_string(e.bad_units) + " of " + std::to_string(plan.units()) +
+              "); that rank stopped, stalled or issued a different collective";
+        w.abort(errc::timeout, "rank " + std::to_string(rank_) + " timed out in " + collective_name(coll) +
+                                   " waiting for rank " + std::to_string(e.bad_peer));
+    } else if (st == detail::status::mismatch) {
+        msg = "ranks disagree: " + e.mismatch;
+        w.abort(errc::mismatch, std::string(collective_name(coll)) + ": " + e.mismatch);
+    }
+    detail::throw_for(w, coll, st, msg);
+}
+
+//! Starts `n` ranks as threads, calls fn(communicator<threads>&) on each,
+//! and joins them. If a rank throws, the others are released with an error
+//! (peer_failed) instead of hanging, and the first rank's original
+//! exception is rethrown here.
+template <class F>
+void run_threads(int n, F&& fn) {
+    if (n < 1) throw error(errc::invalid_argument, "chorus::run_threads: `n` must be >= 1, got " + std::to_string(n));
+    auto world = std::make_shared<detail::threads_world>(n);
+    std::mutex m;
+    std::exception_ptr first;      // the first failure that is not a consequence of another
+    std::exception_ptr first_any;  // the first failure of any kind
+    auto body = [&](int r) {
+        try {
+            communicator<threads> comm(world, r);
+            try {
+                fn(comm);
+            } catch (...) {
+                // Release peers before this rank's communicator drains its queue.
+                std::string what = "unknown exception";
+                bool secondary = false;
+                try {
+                    throw;
+                } catch (const error& e) {
+                    what = e.what();
+                    secondary = e.code() == errc::aborted || e.code() == errc::peer_failed;
+                } catch (const std::exception& e) {
+                    what = e.what();
+                } catch (...) {
+                }
+                world->abort(errc::peer_failed, "rank " + std::to_string(r) + " failed: " + what);
+                std::lock_guard<std::mutex> lk(m);
+                if (!first_any) first_any = std::current_exception();
+                if (!first && !secondary) first = std::current_exception();
+            }
+        } catch (...) {
+            std::lock_guard<std::mutex> lk(m);
+            if (!first_any) first_any = std::current_exception();
+        }
+    };
+    std::vector<std::thread> ts;
+    ts.reserve(static_cast<std::size_t>(n));
+    for (int r = 1; r < n; ++r) ts.emplace_back(body, r);
+    body(0);
+    for (auto& t : ts) t.join();
+    if (first) std::rethrow_exception(first);
+    if (first_any) std::rethrow_exception(first_any);
+}
+
+} // namespace chorus

@@ -1,0 +1,51 @@
+#pragma once
+//! \file collectives/all_gather.hpp
+//! AllGather: block r of every rank's `out` is rank r's `in`.
+//! out.size() == size() * in.size(); in-place when in.data() == out.data() + rank() * in.size().
+
+#include <span>
+#include <type_traits>
+
+#include "../algo/ring.hpp"
+#include "../async/future.hpp"
+#include "checks.hpp"
+
+namespace chorus {
+
+template <class Backend>
+class communicator;
+
+namespace detail {
+template <class Algo, class B, class T>
+future all_gather_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, bool async) {
+    if constexpr (!check_element<Algo, T>()) {
+        return future();
+    } else {
+        constexpr collective c = collective::all_gather;
+        check_data(c, "in", in.data(), in.size());
+        check_data(c, "out", out.data(), out.size());
+        const std::size_t need = checked_mul(c, "size() * in.size()", std::size_t(comm.size()), in.size());
+        if (out.size() != need)
+            throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but needs size() * in.size() = " +
+                             std::to_string(comm.size()) + " * " + std::to_string(in.size()) + " = " +
+                             std::to_string(need));
+        const bool in_place = in.data() == out.data() + std::size_t(comm.rank()) * in.size();
+        if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
+            throw_arg(c, "`in` overlaps `out` but is not block rank() of it (for in-place, pass "
+                         "in = out.subspan(rank() * n, n))");
+        return comm.template launch<T, copy_only, Algo>(c, in.data(), out.data(), in.size(), copy_only{}, 0, async);
+    }
+}
+} // namespace detail
+
+template <class Algo = ring<>, class B, class T>
+void all_gather(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
+    detail::all_gather_impl<Algo>(comm, in, out, false);
+}
+template <class Algo = ring<>, class B, class T>
+[[nodiscard]] future all_gather_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
+                                      std::span<T> out) {
+    return detail::all_gather_impl<Algo>(comm, in, out, true);
+}
+
+} // namespace chorus

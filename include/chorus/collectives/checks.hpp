@@ -1,0 +1,100 @@
+#pragma once
+//! \file collectives/checks.hpp
+//! What every collective checks before it moves a byte: at compile time,
+//! that the element type, operator and algorithm compose (one sentence per
+//! failure, no template backtrace to decode); at run time, that the spans
+//! fit together (messages name the argument).
+
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <type_traits>
+
+#include "../algo/schedule.hpp"
+#include "../core/element.hpp"
+#include "../core/error.hpp"
+#include "../ops/traits.hpp"
+
+namespace chorus::detail {
+
+template <class X>
+inline constexpr bool is_span_v = false;
+template <class X, std::size_t E>
+inline constexpr bool is_span_v<std::span<X, E>> = true;
+
+//! Distinguishes an operator argument from a buffer in overloads.
+template <class Op>
+concept op_like = std::is_class_v<Op> && !is_span_v<Op>;
+
+template <class Algo>
+concept algorithm_policy = requires {
+    Algo::params;
+    { Algo::reorders_operands } -> std::convertible_to<bool>;
+};
+
+//! Stand-in operator for collectives that only copy.
+struct copy_only {
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T&) const { return a; }
+};
+
+template <class Algo, class T>
+constexpr bool check_element() {
+    static_assert(std::is_trivially_copyable_v<T>, "chorus: element type must be trivially copyable");
+    static_assert(algorithm_policy<Algo>, "chorus: Algo must be an algorithm policy such as chorus::ring<>");
+    return std::is_trivially_copyable_v<T> && algorithm_policy<Algo>;
+}
+
+template <class Algo, class T, class Op>
+constexpr bool check_reduction() {
+    if constexpr (!check_element<Algo, T>()) {
+        return false;
+    } else {
+        constexpr bool integral_ok = !op_traits<Op>::integral_only || std::is_integral_v<T>;
+        static_assert(integral_ok, "chorus: bit_and/bit_or/bit_xor need an integral element type");
+        constexpr bool arithmetic_ok = !op_traits<Op>::arithmetic_only || std::is_arithmetic_v<T>;
+        static_assert(arithmetic_ok, "chorus: avg needs an arithmetic element type (it divides by the rank count)");
+        static_assert(std::is_trivially_copyable_v<Op>,
+                      "chorus: the operator must be trivially copyable (it is copied to worker threads and kernels)");
+        constexpr bool callable = reduction<Op, T>;
+        static_assert(callable, "chorus: the operator cannot combine two values of the element type "
+                                "(it needs T operator()(const T&, const T&) const)");
+        constexpr bool order_ok = !Algo::reorders_operands || op_traits<Op>::commutative;
+        static_assert(order_ok, "chorus: ring<> reorders operands; the operator must be commutative "
+                                "(declare static constexpr bool commutative = true in the operator)");
+        return integral_ok && arithmetic_ok && callable && order_ok;
+    }
+}
+
+[[noreturn]] inline void throw_arg(collective c, const std::string& msg) {
+    throw error(errc::invalid_argument, std::string("chorus::") + collective_name(c) + ": " + msg);
+}
+
+template <class T>
+void check_data(collective c, const char* name, const T* p, std::size_t n) {
+    if (p == nullptr && n != 0)
+        throw_arg(c, std::string("`") + name + "` has " + std::to_string(n) + " elements but a null data pointer");
+}
+
+//! True when [a, a+na) and [b, b+nb) share an element.
+template <class T>
+bool overlaps(const T* a, std::size_t na, const T* b, std::size_t nb) {
+    if (na == 0 || nb == 0) return false;
+    const auto x = reinterpret_cast<std::uintptr_t>(a), y = reinterpret_cast<std::uintptr_t>(b);
+    return x < y + nb * sizeof(T) && y < x + na * sizeof(T);
+}
+
+inline void check_root(collective c, int root, int size) {
+    if (root < 0 || root >= size)
+        throw_arg(c, "`root` is " + std::to_string(root) + " but the communicator has ranks 0.." +
+                         std::to_string(size - 1));
+}
+
+inline std::size_t checked_mul(collective c, const char* what, std::size_t a, std::size_t b) {
+    if (b != 0 && a > std::numeric_limits<std::size_t>::max() / b)
+        throw_arg(c, std::string(what) + " overflows: " + std::to_string(a) + " * " + std::to_string(b));
+    return a * b;
+}
+
+} // namespace chorus::detail

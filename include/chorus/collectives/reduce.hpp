@@ -1,0 +1,57 @@
+#pragma once
+//! \file collectives/reduce.hpp
+//! Reduce: the root's `out` is op over all ranks' `in`. `out` is used only
+//! on the root (where out.size() == in.size(); in-place when equal); other
+//! ranks may pass an empty span.
+
+#include <span>
+#include <type_traits>
+
+#include "../algo/ring.hpp"
+#include "../async/future.hpp"
+#include "../ops/operators.hpp"
+#include "checks.hpp"
+
+namespace chorus {
+
+template <class Backend>
+class communicator;
+
+namespace detail {
+template <class Algo, class B, class T, class Op>
+future reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, int root,
+                   bool async) {
+    if constexpr (!check_reduction<Algo, T, Op>()) {
+        return future();
+    } else {
+        constexpr collective c = collective::reduce;
+        check_root(c, root, comm.size());
+        check_data(c, "in", in.data(), in.size());
+        T* dst = nullptr;
+        if (comm.rank() == root) {
+            check_data(c, "out", out.data(), out.size());
+            if (out.size() != in.size())
+                throw_arg(c, "at the root `out` has " + std::to_string(out.size()) + " elements but `in` has " +
+                                 std::to_string(in.size()) + "; they must be equal");
+            if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
+                throw_arg(c, "`in` and `out` overlap without being the same buffer");
+            dst = out.data();
+        }
+        return comm.template launch<T, Op, Algo>(c, in.data(), dst, in.size(), op, root, async);
+    }
+}
+} // namespace detail
+
+template <class Algo = ring<>, class B, class T, class Op>
+    requires detail::op_like<Op>
+void reduce(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op, int root) {
+    detail::reduce_impl<Algo>(comm, in, out, op, root, false);
+}
+template <class Algo = ring<>, class B, class T, class Op>
+    requires detail::op_like<Op>
+[[nodiscard]] future reduce_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out,
+                                  Op op, int root) {
+    return detail::reduce_impl<Algo>(comm, in, out, op, root, true);
+}
+
+} // namespace chorus

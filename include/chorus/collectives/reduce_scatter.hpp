@@ -1,0 +1,54 @@
+#pragma once
+//! \file collectives/reduce_scatter.hpp
+//! ReduceScatter: rank r's `out` is op over all ranks' block r of `in`.
+//! in.size() == size() * out.size(); in-place when out.data() == in.data() + rank() * out.size().
+
+#include <span>
+#include <type_traits>
+
+#include "../algo/ring.hpp"
+#include "../async/future.hpp"
+#include "../ops/operators.hpp"
+#include "checks.hpp"
+
+namespace chorus {
+
+template <class Backend>
+class communicator;
+
+namespace detail {
+template <class Algo, class B, class T, class Op>
+future reduce_scatter_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, bool async) {
+    if constexpr (!check_reduction<Algo, T, Op>()) {
+        return future();
+    } else {
+        constexpr collective c = collective::reduce_scatter;
+        check_data(c, "in", in.data(), in.size());
+        check_data(c, "out", out.data(), out.size());
+        const std::size_t need = checked_mul(c, "size() * out.size()", std::size_t(comm.size()), out.size());
+        if (in.size() != need)
+            throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements but needs size() * out.size() = " +
+                             std::to_string(comm.size()) + " * " + std::to_string(out.size()) + " = " +
+                             std::to_string(need));
+        const bool in_place = out.data() == in.data() + std::size_t(comm.rank()) * out.size();
+        if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
+            throw_arg(c, "`out` overlaps `in` but is not block rank() of it (for in-place, pass "
+                         "out = in.subspan(rank() * n, n))");
+        return comm.template launch<T, Op, Algo>(c, in.data(), out.data(), out.size(), op, 0, async);
+    }
+}
+} // namespace detail
+
+template <class Algo = ring<>, class B, class T, class Op = sum>
+    requires detail::op_like<Op>
+void reduce_scatter(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
+    detail::reduce_scatter_impl<Algo>(comm, in, out, op, false);
+}
+template <class Algo = ring<>, class B, class T, class Op = sum>
+    requires detail::op_like<Op>
+[[nodiscard]] future reduce_scatter_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
+                                          std::span<T> out, Op op = {}) {
+    return detail::reduce_scatter_impl<Algo>(comm, in, out, op, true);
+}
+
+} // namespace chorus

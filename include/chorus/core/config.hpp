@@ -1,0 +1,39 @@
+#pragma once
+//! \file core/config.hpp
+//! Annotation macros and the libcu++ switch. Every `CHORUS_` macro lives here.
+
+#include <cstdint>
+
+#if defined(__CUDACC__)
+#  define CHORUS_HD __host__ __device__
+#  define CHORUS_DEVICE __device__
+#else
+#  define CHORUS_HD
+#  define CHORUS_DEVICE
+#endif
+
+// CHORUS_HAS_LIBCUDACXX: 1 when libcu++ (<cuda/atomic>, <cuda/std/span>) is
+// usable. Auto-detected from the include path unless the build sets it (the
+// CMake option CHORUS_LIBCUDACXX=OFF defines it to 0).
+#if !defined(CHORUS_HAS_LIBCUDACXX)
+#  if defined(__has_include)
+#    if __has_include(<cuda/atomic>) && __has_include(<cuda/std/span>)
+#      define CHORUS_HAS_LIBCUDACXX 1
+#    else
+#      define CHORUS_HAS_LIBCUDACXX 0
+#    endif
+#  else
+#    define CHORUS_HAS_LIBCUDACXX 0
+#  endif
+#endif
+
+#define CHORUS_VERSION_MAJOR 0
+#define CHORUS_VERSION_MINOR 1
+#define CHORUS_VERSION_PATCH 0
+
+namespace chorus {
+//! Largest channel count an algorithm policy may ask for.
+inline constexpr int max_channels = 32;
+//! Interior alignment the planner aims for (one 16-byte vector).
+inline constexpr std::uint64_t vector_bytes = 16;
+} // namespace chorus

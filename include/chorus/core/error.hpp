@@ -1,0 +1,51 @@
+#pragma once
+//! \file core/error.hpp
+//! The one exception type chorus throws, and the status codes that device-
+//! clean code returns instead of throwing.
+
+#include <stdexcept>
+#include <string>
+
+#include "config.hpp"
+
+namespace chorus {
+
+//! What went wrong, coarsely; the message says exactly what.
+enum class errc {
+    invalid_argument, //!< a bad argument, named in the message; nothing was moved
+    timeout,          //!< a wait passed its deadline; the message names the rank waited for
+    aborted,          //!< the communicator was aborted (comm.abort() or a failed peer)
+    peer_failed,      //!< another rank failed; the message says which and why
+    mismatch,         //!< ranks called different collectives / counts / roots
+    internal,         //!< a bug in chorus
+};
+
+inline const char* to_string(errc e) noexcept {
+    switch (e) {
+    case errc::invalid_argument: return "invalid argument";
+    case errc::timeout: return "timeout";
+    case errc::aborted: return "aborted";
+    case errc::peer_failed: return "peer failed";
+    case errc::mismatch: return "mismatch";
+    case errc::internal: return "internal error";
+    }
+    return "unknown";
+}
+
+//! Thrown by every chorus call that fails. `what()` names the collective and
+//! the argument or rank at fault.
+class error : public std::runtime_error {
+public:
+    error(errc code, const std::string& what) : std::runtime_error(what), code_(code) {}
+    errc code() const noexcept { return code_; }
+
+private:
+    errc code_;
+};
+
+} // namespace chorus
+
+namespace chorus::detail {
+//! Result of device-clean code (no exceptions there).
+enum class status : int { ok = 0, timeout, aborted, mismatch };
+} // namespace chorus::detail

@@ -1,0 +1,109 @@
+#pragma once
+//! \file ops/operators.hpp
+//! Built-in reduction operators. Each is an empty, trivially copyable functor
+//! callable on host and device, with its traits as members:
+//!   - `commutative`: operands may be combined in any order;
+//!   - `integral_only`: only integer element types make sense (bitwise ops);
+//!   - `identity<T>()`: the neutral element;
+//!   - `finish(acc, n)` (avg only): the epilogue applied once to a finished
+//!     reduction over n ranks.
+//! User operators need only `T operator()(T, T) const`; they are treated as
+//! non-commutative unless they declare `static constexpr bool commutative = true`.
+
+#include <limits>
+#include <type_traits>
+
+#include "../core/config.hpp"
+
+namespace chorus {
+
+struct sum {
+    static constexpr bool commutative = true;
+    static constexpr const char* name = "sum";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a + b); }
+    template <class T>
+    static constexpr T identity() {
+        if constexpr (std::is_floating_point_v<T>) return T(-0.0); // -0 + x == x for every x, +0 is not neutral for -0
+        else return T(0);
+    }
+};
+
+struct prod {
+    static constexpr bool commutative = true;
+    static constexpr const char* name = "prod";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a * b); }
+    template <class T>
+    static constexpr T identity() { return T(1); }
+};
+
+struct min {
+    static constexpr bool commutative = true;
+    static constexpr const char* name = "min";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return b < a ? b : a; }
+    template <class T>
+    static constexpr T identity() {
+        if constexpr (std::numeric_limits<T>::has_infinity) return std::numeric_limits<T>::infinity();
+        else return std::numeric_limits<T>::max();
+    }
+};
+
+struct max {
+    static constexpr bool commutative = true;
+    static constexpr const char* name = "max";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return a < b ? b : a; }
+    template <class T>
+    static constexpr T identity() {
+        if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
+        else return std::numeric_limits<T>::lowest();
+    }
+};
+
+//! Average: sums like `sum`, then divides once by the rank count (NCCL's ncclAvg).
+//! Integer averages truncate toward zero, as integer division does.
+struct avg {
+    static constexpr bool commutative = true;
+    static constexpr bool arithmetic_only = true;
+    static constexpr const char* name = "avg";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a + b); }
+    template <class T>
+    CHORUS_HD constexpr T finish(const T& acc, int nranks) const { return static_cast<T>(acc / static_cast<T>(nranks)); }
+    template <class T>
+    static constexpr T identity() { return sum::identity<T>(); }
+};
+
+struct bit_and {
+    static constexpr bool commutative = true;
+    static constexpr bool integral_only = true;
+    static constexpr const char* name = "bit_and";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a & b); }
+    template <class T>
+    static constexpr T identity() { return static_cast<T>(~T(0)); }
+};
+
+struct bit_or {
+    static constexpr bool commutative = true;
+    static constexpr bool integral_only = true;
+    static constexpr const char* name = "bit_or";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a | b); }
+    template <class T>
+    static constexpr T identity() { return T(0); }
+};
+
+struct bit_xor {
+    static constexpr bool commutative = true;
+    static constexpr bool integral_only = true;
+    static constexpr const char* name = "bit_xor";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a ^ b); }
+    template <class T>
+    static constexpr T identity() { return T(0); }
+};
+
+} // namespace chorus
