@@ -13,8 +13,12 @@
 //!   t <  n-1 (reduce-scatter): s = r-t-1; out[s] = pred.(t ? out : in)[s] op in[s]
 //!            (the epilogue, e.g. avg's division, runs at t = n-2: slice r+1 is final)
 //!   t >= n-1 (all-gather):     s = r-(t-n+1); out[s] = pred.out[s]
-//!   waits: pred >= p (it finished unit p-1, whose output we read);
-//!          succ >= p (it finished reading what we overwrite).
+//!   waits: pred >= p (it finished unit p-1, whose output we read). No
+//!          write-after-read wait is needed: a slice of out (or, in place,
+//!          of in) is rewritten n steps after it was written, and by then
+//!          the chain of data waits around the ring has already made the
+//!          reader (succ) finish the unit that read it. The simulation test
+//!          (tests/unit/test_schedule.cpp) checks this for n = 1..9.
 //! AllGather, T = n: t = 0 copies in -> out[block r]; t >= 1 copies
 //!   pred.out[block r-t]; waits: pred >= p.
 //! ReduceScatter, T = n-1: block b = r-t-2; partials travel in a two-slot
@@ -188,7 +192,7 @@ struct ring_schedule {
                 s.src0 = {pr, where::out, rg.begin};
             }
             s.waits[0] = {pr, p};
-            s.waits[1] = {su, p};
+            (void)su; // no write-after-read wait: see the note on AllReduce above
             return s;
         }
         case collective::all_gather: {
