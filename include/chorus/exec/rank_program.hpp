@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "../algo/schedule.hpp"
+#include "../core/atomic.hpp"
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 
