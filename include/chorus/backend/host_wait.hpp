@@ -83,10 +83,15 @@ struct backoff_policy {
     std::chrono::milliseconds block_slice{20}; //!< longest single block before re-checking abort/deadline
 };
 
-//! Waits until f.value >= target. Returns ok, aborted (when *abort_flag
-//! becomes true) or timeout (at `deadline`).
+//! Waits until f.value >= target. Returns ok, aborted (when abort_flag
+//! becomes true), peer_exited (when the flag's owner has left for good,
+//! `owner_gone`, without reaching target) or timeout (at `deadline`).
 inline status wait_flag(host_flag& f, std::uint64_t target, const std::atomic<bool>& abort_flag,
-                        std::chrono::steady_clock::time_point deadline, const backoff_policy& bp) {
+                        const std::atomic<bool>& owner_gone, std::chrono::steady_clock::time_point deadline,
+                        const backoff_policy& bp) {
+    auto gone = [&] {
+        return owner_gone.load(std::memory_order_seq_cst) && f.value.load(std::memory_order_seq_cst) < target;
+    };
     using clock = std::chrono::steady_clock;
     for (int i = 0; i < bp.spins; ++i) {
         if (f.value.load(std::memory_order_acquire) >= target) return status::ok;
@@ -95,6 +100,7 @@ inline status wait_flag(host_flag& f, std::uint64_t target, const std::atomic<bo
     for (int i = 0; i < bp.yields; ++i) {
         if (f.value.load(std::memory_order_acquire) >= target) return status::ok;
         if (abort_flag.load(std::memory_order_relaxed)) return status::aborted;
+        if (gone()) return status::peer_exited;
         std::this_thread::yield();
     }
     for (;;) {
@@ -107,6 +113,10 @@ inline status wait_flag(host_flag& f, std::uint64_t target, const std::atomic<bo
         if (abort_flag.load(std::memory_order_seq_cst)) {
             f.waiters.fetch_sub(1, std::memory_order_relaxed);
             return status::aborted;
+        }
+        if (gone()) {
+            f.waiters.fetch_sub(1, std::memory_order_relaxed);
+            return status::peer_exited;
         }
         const auto now = clock::now();
         if (now >= deadline) {

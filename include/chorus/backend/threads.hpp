@@ -68,7 +68,10 @@ inline std::chrono::milliseconds default_timeout() {
 //! State shared by the ranks of one threads communicator.
 class threads_world {
 public:
-    explicit threads_world(int n) : size_(n), slots_(new rank_slot[static_cast<std::size_t>(n)]) {
+    explicit threads_world(int n)
+        : size_(n), slots_(new rank_slot[static_cast<std::size_t>(n)]),
+          gone_(new std::atomic<bool>[static_cast<std::size_t>(n)]) {
+        for (int r = 0; r < n; ++r) gone_[static_cast<std::size_t>(r)].store(false);
         const unsigned hw = std::thread::hardware_concurrency();
         // More ranks than cores: spinning only steals the core from the rank being waited for.
         if (hw != 0 && static_cast<unsigned>(n) > hw) backoff_.spins = 50;
@@ -78,6 +81,14 @@ public:
     const backoff_policy& backoff() const noexcept { return backoff_; }
     const std::atomic<bool>& abort_flag() const noexcept { return aborted_; }
     bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
+    const std::atomic<bool>& gone(int r) const noexcept { return gone_[static_cast<std::size_t>(r)]; }
+
+    //! Rank r will issue no more collectives (its function returned):
+    //! peers still waiting for it fail at once instead of at their deadline.
+    void mark_gone(int r) {
+        gone_[static_cast<std::size_t>(r)].store(true, std::memory_order_seq_cst);
+        for (auto& f : slot(r).flags) nudge_flag(f);
+    }
 
     //! Breaks the communicator: every current and future wait fails with
     //! `reason`. The first reason wins.
@@ -105,6 +116,7 @@ public:
 private:
     int size_;
     std::unique_ptr<rank_slot[]> slots_;
+    std::unique_ptr<std::atomic<bool>[]> gone_;
     std::atomic<bool> aborted_{false};
     mutable std::mutex m_;
     std::string reason_;
@@ -140,7 +152,10 @@ private:
         const errc code = w.reason_code();
         throw error(code == errc::aborted ? errc::aborted : code, head + "communicator aborted: " + w.reason());
     }
-    throw error(st == status::timeout ? errc::timeout : errc::mismatch, head + detail_msg);
+    throw error(st == status::timeout       ? errc::timeout
+                : st == status::peer_exited ? errc::peer_failed
+                                            : errc::mismatch,
+                head + detail_msg);
 }
 
 } // namespace detail
@@ -228,7 +243,7 @@ struct communicator<threads>::env {
     detail::status wait(int peer, int c, std::uint64_t u) {
         const std::uint64_t target = (seq << 32) | u;
         const detail::status st =
-            detail::wait_flag(w.slot(peer).flags[c], target, w.abort_flag(), deadline, w.backoff());
+            detail::wait_flag(w.slot(peer).flags[c], target, w.abort_flag(), w.gone(peer), deadline, w.backoff());
         if (st != detail::status::ok) {
             bad_peer = peer;
             bad_channel = c;
@@ -338,6 +353,10 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
               "); that rank stopped, stalled or issued a different collective";
         w.abort(errc::timeout, "rank " + std::to_string(rank_) + " timed out in " + collective_name(coll) +
                                    " waiting for rank " + std::to_string(e.bad_peer));
+    } else if (st == detail::status::peer_exited) {
+        msg = "rank " + std::to_string(e.bad_peer) + " returned without joining this " + collective_name(coll) +
+              " (it issued fewer collectives than this rank)";
+        w.abort(errc::peer_failed, std::string(collective_name(coll)) + ": " + msg);
     } else if (st == detail::status::mismatch) {
         msg = "ranks disagree: " + e.mismatch;
         w.abort(errc::mismatch, std::string(collective_name(coll)) + ": " + e.mismatch);
@@ -358,6 +377,11 @@ void run_threads(int n, F&& fn) {
     std::exception_ptr first_any;  // the first failure of any kind
     auto body = [&](int r) {
         try {
+            struct leave { // runs after comm drained its queue (declared first, destroyed last)
+                detail::threads_world& w;
+                int r;
+                ~leave() { w.mark_gone(r); }
+            } on_exit{*world, r};
             communicator<threads> comm(world, r);
             try {
                 fn(comm);

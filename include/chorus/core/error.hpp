@@ -47,5 +47,5 @@ private:
 
 namespace chorus::detail {
 //! Result of device-clean code (no exceptions there).
-enum class status : int { ok = 0, timeout, aborted, mismatch };
+enum class status : int { ok = 0, timeout, aborted, mismatch, peer_exited };
 } // namespace chorus::detail
