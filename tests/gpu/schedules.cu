@@ -64,11 +64,14 @@ struct device_env {
     __device__ status execute(const chorus::step& s) {
         if (s.count == 0) return status::ok;
         T* dst = base(s.dst);
+        T* dst2 = s.dst2.loc == chorus::where::none ? nullptr : base(s.dst2);
         const T* a = base(s.src0);
         const T* b = s.src1.loc == chorus::where::none ? nullptr : base(s.src1);
         for (std::uint64_t i = threadIdx.x; i < s.count; i += blockDim.x) {
             T v = b ? static_cast<T>(op(a[i], b[i])) : a[i];
-            dst[i] = s.finish ? chorus::detail::finish(op, v, nranks) : v;
+            if (s.finish) v = chorus::detail::finish(op, v, nranks);
+            dst[i] = v;
+            if (dst2) dst2[i] = v;
         }
         return status::ok;
     }

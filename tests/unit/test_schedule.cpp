@@ -161,6 +161,7 @@ struct sim {
             add_fp(rd[std::size_t(r)], s.src0, s.count);
             add_fp(rd[std::size_t(r)], s.src1, s.count);
             add_fp(wr[std::size_t(r)], s.dst, s.count);
+            add_fp(wr[std::size_t(r)], s.dst2, s.count);
         }
         for (int a = 0; a < n; ++a)
             for (int b = 0; b < n; ++b) {
@@ -190,9 +191,11 @@ struct sim {
         s.dst = resolve(s.dst);
         s.src0 = resolve(s.src0);
         s.src1 = resolve(s.src1);
-        if (writes_peer) error = "a step writes another rank's buffer";
-        for (const operand* o : {&s.dst, &s.src0, &s.src1}) {
+        s.dst2 = resolve(s.dst2);
+        if (writes_peer) error = "a step's dst is another rank's buffer";
+        for (const operand* o : {&s.dst, &s.dst2, &s.src0, &s.src1}) {
             if (o->loc == where::none || s.count == 0) continue;
+            if (state[std::size_t(o->rank)] == 0) error = "rank " + std::to_string(r) + " touches a buffer of rank " + std::to_string(o->rank) + " before it registered them";
             if (state[std::size_t(o->rank)] == 3) error = "rank " + std::to_string(r) + " touches a buffer of returned rank " + std::to_string(o->rank);
             if (o->offset + s.count > vec(*o).size()) {
                 error = "operand out of bounds";
@@ -214,6 +217,8 @@ struct sim {
                 tmp[i] = v;
             }
             for (std::uint64_t i = 0; i < s.count; ++i) d[s.dst.offset + i] = tmp[i];
+            if (s.dst2.loc != where::none)
+                for (std::uint64_t i = 0; i < s.count; ++i) vec(s.dst2)[s.dst2.offset + i] = tmp[i];
         }
         ++done[std::size_t(r)][std::size_t(c)];
         if (++next[std::size_t(r)] == total_units(r)) st = 2;
@@ -311,6 +316,8 @@ TEST_CASE("ring schedules compile to constant expressions (device-clean, no allo
     constexpr ring_schedule s{p};
     constexpr step st = s.at(1, 0, 0);
     static_assert(st.dst.rank == 1 && st.src0.rank == 0 && st.src1.rank == 1);
-    static_assert(st.waits[0].peer == 0 && st.waits[1].peer == -1);
+    static_assert(st.waits[0].peer == 0 && st.dst2.loc == where::none);
+    constexpr step last_rs = s.at(1, 0, 2);
+    static_assert(last_rs.dst2.rank == 2 && last_rs.waits[1].peer == 2 && last_rs.finish);
     CHECK(p.units() == p.chunks * 6);
 }

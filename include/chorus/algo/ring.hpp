@@ -11,14 +11,20 @@
 //!
 //! AllReduce (n > 1), T = 2(n-1) steps per chunk, slice s = part s of n:
 //!   t <  n-1 (reduce-scatter): s = r-t-1; out[s] = pred.(t ? out : in)[s] op in[s]
-//!            (the epilogue, e.g. avg's division, runs at t = n-2: slice r+1 is final)
-//!   t >= n-1 (all-gather):     s = r-(t-n+1); out[s] = pred.out[s]
-//!   waits: pred >= p (it finished unit p-1, whose output we read). No
-//!          write-after-read wait is needed: a slice of out (or, in place,
-//!          of in) is rewritten n steps after it was written, and by then
-//!          the chain of data waits around the ring has already made the
-//!          reader (succ) finish the unit that read it. The simulation test
-//!          (tests/unit/test_schedule.cpp) checks this for n = 1..9.
+//!            The last of these (t = n-2) finishes slice r+1 (epilogue,
+//!            e.g. avg's division, applied here) and writes it to both our
+//!            out and succ's out ("reduce, copy and send"), so the first
+//!            all-gather step has nothing left to copy.
+//!   t == n-1:  sync only (pred pushed slice r into our out at its t = n-2)
+//!   t >  n-1 (all-gather):     s = r-(t-n+1); out[s] = pred.out[s]
+//!   waits: pred >= p (it finished unit p-1, whose output we read);
+//!          succ >= 0 before the push (succ has registered this
+//!          collective's buffers). No other write-after-read wait is
+//!          needed: a slice of out (or, in place, of in) is rewritten n
+//!          steps after it was written or read, and the chain of data
+//!          waits around the ring has by then made the reader finish. The
+//!          simulation test (tests/unit/test_schedule.cpp) checks this for
+//!          n = 1..9, in place and not.
 //! AllGather, T = n: t = 0 copies in -> out[block r]; t >= 1 copies
 //!   pred.out[block r-t]; waits: pred >= p.
 //! ReduceScatter, T = n-1: block b = r-t-2; partials travel in a two-slot
@@ -182,17 +188,21 @@ struct ring_schedule {
             const bool rs = t < std::uint32_t(n_ - 1);
             const int sl = rs ? detail::mod(me - int(t) - 1, n_) : detail::mod(me - (int(t) - (n_ - 1)), n_);
             const index_range rg = plan.chunk(sl, c, k);
+            s.waits[0] = {pr, p};
+            if (t == std::uint32_t(n_ - 1)) return s; // slice r arrived by push
             s.count = rg.size();
             s.dst = {me, where::out, rg.begin};
             if (rs) {
                 s.src0 = {pr, t == 0 ? where::in : where::out, rg.begin};
                 s.src1 = {me, where::in, rg.begin};
-                s.finish = t == std::uint32_t(n_ - 2);
+                if (t == std::uint32_t(n_ - 2)) {
+                    s.finish = true;
+                    s.dst2 = {su, where::out, rg.begin};
+                    s.waits[1] = {su, 0};
+                }
             } else {
                 s.src0 = {pr, where::out, rg.begin};
             }
-            s.waits[0] = {pr, p};
-            (void)su; // no write-after-read wait: see the note on AllReduce above
             return s;
         }
         case collective::all_gather: {

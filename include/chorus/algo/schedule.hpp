@@ -52,11 +52,13 @@ struct wait_spec {
 };
 
 //! One unit of work: dst = src0 op src1 (src1.loc == none: dst = src0),
-//! `count` elements, then the operator's epilogue when `finish` is set.
-//! dst always belongs to the executing rank. count == 0 is a pure
-//! synchronisation step.
+//! `count` elements, then the operator's epilogue when `finish` is set;
+//! the same values also go to dst2 when dst2.loc != none. dst belongs to
+//! the executing rank; dst2 may be a peer's buffer (a "push"). count == 0
+//! is a pure synchronisation step.
 struct step {
     operand dst{};
+    operand dst2{};
     operand src0{};
     operand src1{};
     std::uint64_t count = 0;

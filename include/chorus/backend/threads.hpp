@@ -297,10 +297,14 @@ struct communicator<threads>::env {
     detail::status execute(const step& s) {
         if (s.count == 0) return detail::status::ok;
         T* dst = base(s.dst);
+        T* dst2 = s.dst2.loc == where::none ? nullptr : base(s.dst2);
         const T* a = base(s.src0);
         const T* b = s.src1.loc == where::none ? nullptr : base(s.src1);
-        if (dst == nullptr || a == nullptr || (s.src1.loc != where::none && b == nullptr)) return detail::status::mismatch;
-        detail::host_reduce_copy(dst, a, b, static_cast<std::size_t>(s.count), op, s.finish ? w.size() : 0, streaming);
+        if (dst == nullptr || a == nullptr || (s.src1.loc != where::none && b == nullptr) ||
+            (s.dst2.loc != where::none && dst2 == nullptr))
+            return detail::status::mismatch;
+        detail::host_reduce_copy(dst, dst2, a, b, static_cast<std::size_t>(s.count), op, s.finish ? w.size() : 0,
+                                 streaming);
         return detail::status::ok;
     }
 };

@@ -1,10 +1,13 @@
 #pragma once
 //! \file exec/host_reduce_copy.hpp
-//! The host executor's inner loop: dst = a op b (or dst = a), then the
-//! epilogue. Any pointers, any count. For large transfers of 1/2/4/8/16-byte
-//! elements on x86-64 the 16-byte aligned interior of dst is written with
-//! non-temporal stores (the data is not re-read soon and would only evict
-//! useful lines); the caller issues store_fence() before publishing.
+//! The host executor's inner loop: v = a op b (or v = a), then the
+//! epilogue, stored to dst and, when given, to a second destination dst2
+//! (the "reduce, copy and send" of a ring's last reduce-scatter step: one
+//! read of the inputs, two writes). Any pointers, any count. For large
+//! transfers of 1/2/4/8/16-byte elements on x86-64 the 64-byte aligned
+//! interior is written with non-temporal stores (the data is not re-read
+//! by this core and would only evict useful lines); the caller issues
+//! store_fence() before publishing.
 
 #include <cstddef>
 #include <cstdint>
@@ -28,65 +31,84 @@ inline void store_fence() {
 #endif
 }
 
+//! Element i of the step's result.
 template <class T, class Op>
-inline void reduce_copy_scalar(T* dst, const T* a, const T* b, std::size_t n, const Op& op, int finish_n) {
-    if (b == nullptr) {
-        if (finish_n > 0) {
-            for (std::size_t i = 0; i < n; ++i) dst[i] = finish(op, a[i], finish_n);
-        } else if (dst != a && n != 0) {
-            std::memmove(dst, a, n * sizeof(T));
-        }
-        return;
-    }
-    if (finish_n > 0)
-        for (std::size_t i = 0; i < n; ++i) dst[i] = finish(op, static_cast<T>(op(a[i], b[i])), finish_n);
-    else
-        for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(op(a[i], b[i]));
+inline T reduced(const T* a, const T* b, std::size_t i, const Op& op, int finish_n) {
+    T v = b ? static_cast<T>(op(a[i], b[i])) : a[i];
+    return finish_n > 0 ? finish(op, v, finish_n) : v;
 }
 
-//! dst[i] = finish(a[i] op b[i]) (b may be null: dst[i] = finish(a[i])).
-//! finish_n > 0 applies the operator's epilogue for that many ranks.
-//! `streaming` allows non-temporal stores; the caller fences.
 template <class T, class Op>
-inline void host_reduce_copy(T* dst, const T* a, const T* b, std::size_t n, const Op& op, int finish_n,
+inline void reduce_copy_scalar(T* dst, T* dst2, const T* a, const T* b, std::size_t n, const Op& op, int finish_n) {
+    if (n == 0) return;
+    if (b == nullptr && finish_n == 0) { // a plain copy
+        if (dst != a) std::memmove(dst, a, n * sizeof(T));
+        if (dst2 != nullptr && dst2 != a) std::memmove(dst2, a, n * sizeof(T));
+        return;
+    }
+    if (dst2 == nullptr) {
+        if (b == nullptr)
+            for (std::size_t i = 0; i < n; ++i) dst[i] = finish(op, a[i], finish_n);
+        else if (finish_n > 0)
+            for (std::size_t i = 0; i < n; ++i) dst[i] = finish(op, static_cast<T>(op(a[i], b[i])), finish_n);
+        else
+            for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<T>(op(a[i], b[i]));
+        return;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+        const T v = reduced(a, b, i, op, finish_n);
+        dst[i] = v;
+        dst2[i] = v;
+    }
+}
+
+//! dst[i] (and dst2[i] if dst2) = finish(a[i] op b[i]); b may be null
+//! (copy). finish_n > 0 applies the operator's epilogue for that many
+//! ranks. `streaming` allows non-temporal stores; the caller fences.
+template <class T, class Op>
+inline void host_reduce_copy(T* dst, T* dst2, const T* a, const T* b, std::size_t n, const Op& op, int finish_n,
                              bool streaming) {
 #if CHORUS_HOST_NT
     constexpr std::size_t line = 64;
     if constexpr (16 % sizeof(T) == 0) {
-        if (streaming && n * sizeof(T) >= 4 * line && dst != a) {
-            std::size_t head = 0;
-            const auto addr = reinterpret_cast<std::uintptr_t>(dst);
-            if (addr % sizeof(T) == 0) {
-                head = ((line - addr % line) % line) / sizeof(T);
-                constexpr std::size_t per = line / sizeof(T);
-                reduce_copy_scalar(dst, a, b, head, op, finish_n);
-                std::size_t i = head;
-                for (; i + per <= n; i += per) {
-                    alignas(64) T tmp[per];
-                    if (b == nullptr) {
-                        for (std::size_t j = 0; j < per; ++j) tmp[j] = finish_n > 0 ? finish(op, a[i + j], finish_n) : a[i + j];
-                    } else {
-                        for (std::size_t j = 0; j < per; ++j) {
-                            T v = static_cast<T>(op(a[i + j], b[i + j]));
-                            tmp[j] = finish_n > 0 ? finish(op, v, finish_n) : v;
-                        }
-                    }
-                    auto* d = reinterpret_cast<__m128i*>(dst + i);
-                    const auto* s = reinterpret_cast<const __m128i*>(tmp);
-                    _mm_stream_si128(d + 0, _mm_load_si128(s + 0));
-                    _mm_stream_si128(d + 1, _mm_load_si128(s + 1));
-                    _mm_stream_si128(d + 2, _mm_load_si128(s + 2));
-                    _mm_stream_si128(d + 3, _mm_load_si128(s + 3));
+        const auto addr = reinterpret_cast<std::uintptr_t>(dst);
+        const bool same_phase = dst2 == nullptr || (reinterpret_cast<std::uintptr_t>(dst2) - addr) % line == 0;
+        if (streaming && same_phase && n * sizeof(T) >= 4 * line && dst != a && addr % sizeof(T) == 0) {
+            constexpr std::size_t per = line / sizeof(T);
+            const std::size_t head = ((line - addr % line) % line) / sizeof(T);
+            reduce_copy_scalar(dst, dst2, a, b, head, op, finish_n);
+            std::size_t i = head;
+            for (; i + per <= n; i += per) {
+                alignas(64) T tmp[per];
+                if (b == nullptr && finish_n == 0) {
+                    std::memcpy(tmp, a + i, line);
+                } else {
+                    for (std::size_t j = 0; j < per; ++j) tmp[j] = reduced(a, b, i + j, op, finish_n);
                 }
-                reduce_copy_scalar(dst + i, a + i, b ? b + i : nullptr, n - i, op, finish_n);
-                return;
+                const auto* s = reinterpret_cast<const __m128i*>(tmp);
+                const __m128i v0 = _mm_load_si128(s + 0), v1 = _mm_load_si128(s + 1), v2 = _mm_load_si128(s + 2),
+                              v3 = _mm_load_si128(s + 3);
+                auto* d = reinterpret_cast<__m128i*>(dst + i);
+                _mm_stream_si128(d + 0, v0);
+                _mm_stream_si128(d + 1, v1);
+                _mm_stream_si128(d + 2, v2);
+                _mm_stream_si128(d + 3, v3);
+                if (dst2 != nullptr) {
+                    auto* d2 = reinterpret_cast<__m128i*>(dst2 + i);
+                    _mm_stream_si128(d2 + 0, v0);
+                    _mm_stream_si128(d2 + 1, v1);
+                    _mm_stream_si128(d2 + 2, v2);
+                    _mm_stream_si128(d2 + 3, v3);
+                }
             }
+            reduce_copy_scalar(dst + i, dst2 ? dst2 + i : nullptr, a + i, b ? b + i : nullptr, n - i, op, finish_n);
+            return;
         }
     }
 #else
     (void)streaming;
 #endif
-    reduce_copy_scalar(dst, a, b, n, op, finish_n);
+    reduce_copy_scalar(dst, dst2, a, b, n, op, finish_n);
 }
 
 } // namespace chorus::detail
