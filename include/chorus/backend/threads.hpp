@@ -351,12 +351,19 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     // Failed: make every rank fail, then report what this rank saw.
     std::string msg;
     if (st == detail::status::timeout) {
+        // Which ranks never entered this collective? (The usual culprit: the
+        // rank waited for may itself be waiting for one of them.)
+        std::string absent;
+        for (int r = 0; r < n; ++r)
+            if ((w.slot(r).flags[0].value.load(std::memory_order_acquire) >> 32) < seq)
+                absent += (absent.empty() ? "" : ", ") + std::to_string(r);
+        const std::string missing =
+            absent.empty() ? std::string("every rank has entered it") : "ranks that have not joined it: " + absent;
         msg = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for rank " +
               std::to_string(e.bad_peer) + " (channel " + std::to_string(e.bad_channel) + ", unit " +
-              std::to_string(e.bad_units) + " of " + std::to_string(plan.units()) +
-              "); that rank stopped, stalled or issued a different collective";
+              std::to_string(e.bad_units) + " of " + std::to_string(plan.units()) + "); " + missing;
         w.abort(errc::timeout, "rank " + std::to_string(rank_) + " timed out in " + collective_name(coll) +
-                                   " waiting for rank " + std::to_string(e.bad_peer));
+                                   " waiting for rank " + std::to_string(e.bad_peer) + "; " + missing);
     } else if (st == detail::status::peer_exited) {
         msg = "rank " + std::to_string(e.bad_peer) + " returned without joining this " + collective_name(coll) +
               " (it issued fewer collectives than this rank)";
