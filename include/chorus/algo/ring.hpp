@@ -260,10 +260,15 @@ struct ring_schedule {
         return s;
     }
 
-    //! Before returning, wait until the reader of this rank's buffers is done.
+    //! Before returning, wait until the reader of this rank's buffers is
+    //! done with them: until succ finished its last unit that reads them.
+    //! (Two-rank AllReduce: succ's last unit is the sync-only step, so its
+    //! last read is one unit earlier, which our own last data wait already
+    //! saw: returning costs no extra hand-off.)
     CHORUS_HD constexpr wait_spec final_wait() const {
         const int su = succ();
         if (su < 0 || plan.coll == collective::barrier) return {};
+        if (plan.coll == collective::all_reduce && n() == 2) return {su, plan.units() - 1};
         return {su, plan.units()};
     }
 };
