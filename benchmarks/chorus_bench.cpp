@@ -6,8 +6,9 @@
 //!
 //! Beside the nccl-tests columns it measures, in the same process and with as
 //! many threads as ranks, the ceiling a shared-memory collective is judged
-//! against: host memcpy bandwidth (STREAM counting, bytes read + bytes written
-//! per second, summed over threads, best of several repetitions). `eff` is the
+//! against: host copy bandwidth (STREAM counting, bytes read + bytes written
+//! per second, all threads together, best of several repetitions and of
+//! std::memcpy and a streaming-store copy). `eff` is the
 //! least memory traffic the collective must cause, over its time, as a
 //! fraction of that bandwidth (DESIGN.md §9): 1.0 is the physical limit.
 //!
@@ -15,7 +16,8 @@
 //!  - every rank's buffers are allocated once at the largest size, page
 //!    aligned, and pre-faulted (every page touched) before anything is timed;
 //!  - per size and placement, each rank runs `warmup` calls, a barrier, then
-//!    `iters` back-to-back calls; time = max over ranks of the per-call time;
+//!    `iters` back-to-back calls; time = (latest end - earliest start over
+//!    ranks) / iters, which stays right when ranks outnumber cores;
 //!  - the check (-c 1) is a separate call on fresh, integer-valued inputs whose
 //!    exact result does not depend on the reduction order, compared with a
 //!    serial reference at tolerance 0; it also counts writes past the end of
@@ -25,204 +27,22 @@
 //!    data never overflows or turns denormal, and arithmetic on integers and
 //!    normal floats takes the same time whatever the values.
 //!
+//! Sources: bench.hpp (shared definitions and the rank program), this file
+//! (command line, copy ceiling, driver), bench_ring.cpp and
+//! bench_ring_grid.cpp (the collective instantiations, compiled in parallel).
+//!
 //! Exit status: 0 all checks passed, 1 a wrong value or a chorus error,
 //! 2 bad command line.
 
-#include <chorus/chorus.hpp>
+#include "bench.hpp"
 
-#include <algorithm>
-#include <atomic>
 #include <barrier>
-#include <chrono>
-#include <cinttypes>
-#include <cstddef>
-#include <cstdint>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <exception>
-#include <iterator>
-#include <limits>
-#include <memory>
-#include <new>
-#include <span>
-#include <string>
-#include <string_view>
-#include <thread>
-#include <type_traits>
-#include <utility>
-#include <vector>
+#include <initializer_list>
 
+namespace chorus_bench {
 namespace {
-
-using comm_type = chorus::communicator<chorus::threads>;
-using clock_type = std::chrono::steady_clock;
-
-// ---------------------------------------------------------------------------
-// What can be measured
-// ---------------------------------------------------------------------------
-
-enum class coll_kind { all_reduce, all_gather, reduce_scatter, broadcast, reduce };
-constexpr coll_kind all_colls[] = {coll_kind::all_reduce, coll_kind::all_gather, coll_kind::reduce_scatter,
-                                   coll_kind::broadcast, coll_kind::reduce};
-
-constexpr const char* coll_name(coll_kind c) {
-    switch (c) {
-    case coll_kind::all_reduce: return "all_reduce";
-    case coll_kind::all_gather: return "all_gather";
-    case coll_kind::reduce_scatter: return "reduce_scatter";
-    case coll_kind::broadcast: return "broadcast";
-    case coll_kind::reduce: return "reduce";
-    }
-    return "?";
-}
-constexpr bool coll_uses_op(coll_kind c) {
-    return c == coll_kind::all_reduce || c == coll_kind::reduce_scatter || c == coll_kind::reduce;
-}
-constexpr bool coll_uses_root(coll_kind c) { return c == coll_kind::broadcast || c == coll_kind::reduce; }
-//! Broadcast takes one buffer: it is in place by definition.
-constexpr bool coll_has_out_of_place(coll_kind c) { return c != coll_kind::broadcast; }
-//! A row's per-call count is per rank for these (nccl-tests' convention).
-constexpr bool coll_count_per_rank(coll_kind c) {
-    return c == coll_kind::all_gather || c == coll_kind::reduce_scatter;
-}
-
-//! nccl-tests doc/PERFORMANCE.md: busbw = algbw * factor.
-double bus_factor(coll_kind c, int n) {
-    switch (c) {
-    case coll_kind::all_reduce: return 2.0 * (n - 1) / n;
-    case coll_kind::all_gather:
-    case coll_kind::reduce_scatter: return double(n - 1) / n;
-    case coll_kind::broadcast:
-    case coll_kind::reduce: return 1.0;
-    }
-    return 1.0;
-}
-
-//! The least bytes a shared-memory implementation must read plus write, for
-//! S = the row's size column (see the printed definitions).
-double least_traffic_bytes(coll_kind c, int n, double s) {
-    switch (c) {
-    case coll_kind::all_reduce: return 2.0 * n * s;           // n inputs read, n outputs written
-    case coll_kind::all_gather: return s + n * s;             // n inputs of S/n read, n outputs of S written
-    case coll_kind::reduce_scatter: return n * s + s;         // n inputs of S read, n outputs of S/n written
-    case coll_kind::broadcast: return s + (n - 1) * s;        // root read once, n-1 copies written
-    case coll_kind::reduce: return n * s + s;                 // n inputs read, root's output written
-    }
-    return s;
-}
-
-enum class op_kind { sum, prod, min, max, avg };
-constexpr op_kind all_ops[] = {op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg};
-constexpr const char* op_name(op_kind o) {
-    switch (o) {
-    case op_kind::sum: return "sum";
-    case op_kind::prod: return "prod";
-    case op_kind::min: return "min";
-    case op_kind::max: return "max";
-    case op_kind::avg: return "avg";
-    }
-    return "?";
-}
-
-enum class type_kind { int8, uint8, int32, uint32, int64, uint64, float32, float64 };
-constexpr type_kind all_types[] = {type_kind::int8,   type_kind::uint8,  type_kind::int32,   type_kind::uint32,
-                                   type_kind::int64,  type_kind::uint64, type_kind::float32, type_kind::float64};
-constexpr const char* type_name(type_kind t) {
-    switch (t) {
-    case type_kind::int8: return "int8";
-    case type_kind::uint8: return "uint8";
-    case type_kind::int32: return "int32";
-    case type_kind::uint32: return "uint32";
-    case type_kind::int64: return "int64";
-    case type_kind::uint64: return "uint64";
-    case type_kind::float32: return "float";
-    case type_kind::float64: return "double";
-    }
-    return "?";
-}
-
-// Runtime choice -> compile-time type. Each calls f(std::type_identity<X>{}).
-template <class F>
-void with_type(type_kind t, F&& f) {
-    switch (t) {
-    case type_kind::int8: f(std::type_identity<std::int8_t>{}); break;
-    case type_kind::uint8: f(std::type_identity<std::uint8_t>{}); break;
-    case type_kind::int32: f(std::type_identity<std::int32_t>{}); break;
-    case type_kind::uint32: f(std::type_identity<std::uint32_t>{}); break;
-    case type_kind::int64: f(std::type_identity<std::int64_t>{}); break;
-    case type_kind::uint64: f(std::type_identity<std::uint64_t>{}); break;
-    case type_kind::float32: f(std::type_identity<float>{}); break;
-    case type_kind::float64: f(std::type_identity<double>{}); break;
-    }
-}
-
-template <class F>
-void with_op(op_kind o, F&& f) {
-    switch (o) {
-    case op_kind::sum: f(std::type_identity<chorus::sum>{}); break;
-    case op_kind::prod: f(std::type_identity<chorus::prod>{}); break;
-    case op_kind::min: f(std::type_identity<chorus::min>{}); break;
-    case op_kind::max: f(std::type_identity<chorus::max>{}); break;
-    case op_kind::avg: f(std::type_identity<chorus::avg>{}); break;
-    }
-}
-
-//! The precompiled ring<> tunings. Every entry multiplies the compile time
-//! (8 types x 5 ops x 5 collectives each), so the set is a small grid.
-struct ring_choice {
-    int channels;
-    std::size_t chunk_bytes;
-};
-constexpr ring_choice ring_choices[] = {
-    {1, 64 << 10}, {1, 256 << 10}, {1, 1 << 20},  //
-    {2, 64 << 10}, {2, 256 << 10}, {2, 1 << 20},  //
-    {4, 64 << 10}, {4, 256 << 10}, {4, 1 << 20},
-};
-
-template <std::size_t I = 0, class F>
-bool with_ring(int channels, std::size_t chunk_bytes, F& f) {
-    if constexpr (I == std::size(ring_choices)) {
-        (void)channels;
-        (void)chunk_bytes;
-        (void)f;
-        return false;
-    } else {
-        constexpr ring_choice c = ring_choices[I];
-        if (channels == c.channels && chunk_bytes == c.chunk_bytes) {
-            f(std::type_identity<chorus::ring<chorus::ring_params{.channels = c.channels, .chunk_bytes = c.chunk_bytes}>>{});
-            return true;
-        }
-        return with_ring<I + 1>(channels, chunk_bytes, f);
-    }
-}
-
-// ---------------------------------------------------------------------------
-// Command line
-// ---------------------------------------------------------------------------
-
-struct options {
-    std::size_t min_bytes = 8;
-    std::size_t max_bytes = std::size_t(64) << 20;
-    std::size_t step_factor = 2;
-    int iters = 20;
-    int warmup = 5;
-    bool check = true;
-    std::vector<op_kind> ops{op_kind::sum};
-    std::vector<type_kind> types{type_kind::float32};
-    int ranks = 2;
-    int root = 0;
-    std::string algo = "ring";
-    int channels = 1;
-    std::size_t chunk_bytes = 256 << 10;
-    std::vector<coll_kind> colls{std::begin(all_colls), std::end(all_colls)};
-    bool out_of_place = true;
-    bool in_place = true;
-    std::string json_path;
-    std::string csv_path;
-    bool quick = false;
-    std::string command_line;
-};
 
 void print_usage(std::FILE* to, const char* argv0) {
     std::fprintf(to,
@@ -251,20 +71,16 @@ void print_usage(std::FILE* to, const char* argv0) {
                  argv0);
 }
 
-struct usage_error {
-    std::string what;
-};
-
 std::size_t parse_bytes(std::string_view s, std::string_view flag) {
-    if (s.empty()) throw usage_error{std::string(flag) + ": empty size"};
+    if (s.empty()) throw usage_error{cat(flag, ": empty size")};
     std::size_t value = 0;
     std::size_t i = 0;
     for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
         if (value > (std::numeric_limits<std::size_t>::max() - 9) / 10)
-            throw usage_error{std::string(flag) + ": size too large: " + std::string(s)};
+            throw usage_error{cat(flag, ": size too large: ", s)};
         value = value * 10 + std::size_t(s[i] - '0');
     }
-    if (i == 0) throw usage_error{std::string(flag) + ": not a size: " + std::string(s)};
+    if (i == 0) throw usage_error{cat(flag, ": not a size: ", s)};
     std::string_view suffix = s.substr(i);
     int shift = 0;
     if (!suffix.empty()) {
@@ -273,14 +89,14 @@ std::size_t parse_bytes(std::string_view s, std::string_view flag) {
         case 'm': case 'M': shift = 20; break;
         case 'g': case 'G': shift = 30; break;
         case 'b': case 'B': shift = 0; break;
-        default: throw usage_error{std::string(flag) + ": unknown size suffix in '" + std::string(s) + "' (use K, M or G)"};
+        default: throw usage_error{cat(flag, ": unknown size suffix in '", s, "' (use K, M or G)")};
         }
         std::string_view rest = suffix.substr(1);
         if (shift != 0 && (rest == "B" || rest == "iB" || rest == "b")) rest = {};
-        if (!rest.empty()) throw usage_error{std::string(flag) + ": unknown size suffix in '" + std::string(s) + "'"};
+        if (!rest.empty()) throw usage_error{cat(flag, ": unknown size suffix in '", s, "'")};
     }
     if (shift != 0 && value > (std::numeric_limits<std::size_t>::max() >> shift))
-        throw usage_error{std::string(flag) + ": size too large: " + std::string(s)};
+        throw usage_error{cat(flag, ": size too large: ", s)};
     return value << shift;
 }
 
@@ -292,16 +108,15 @@ long long parse_int(std::string_view s, std::string_view flag, long long lo, lon
         neg = true;
         i = 1;
     }
-    if (i == s.size()) throw usage_error{std::string(flag) + ": not a number: '" + std::string(s) + "'"};
+    if (i == s.size()) throw usage_error{cat(flag, ": not a number: '", s, "'")};
     for (; i < s.size(); ++i) {
-        if (s[i] < '0' || s[i] > '9') throw usage_error{std::string(flag) + ": not a number: '" + std::string(s) + "'"};
+        if (s[i] < '0' || s[i] > '9') throw usage_error{cat(flag, ": not a number: '", s, "'")};
         value = value * 10 + (s[i] - '0');
         if (value > hi + 1) break;
     }
     if (neg) value = -value;
     if (value < lo || value > hi)
-        throw usage_error{std::string(flag) + ": " + std::string(s) + " is out of range [" + std::to_string(lo) + ", " +
-                          std::to_string(hi) + "]"};
+        throw usage_error{cat(flag, ": ", s, " is out of range [", std::to_string(lo), ", ", std::to_string(hi), "]")};
     return value;
 }
 
@@ -333,7 +148,7 @@ std::vector<Kind> parse_list(std::string_view s, std::string_view flag, const Ki
                 out.push_back(k);
                 found = true;
             }
-        if (!found) throw usage_error{std::string(flag) + ": unknown value '" + std::string(item) + "'"};
+        if (!found) throw usage_error{cat(flag, ": unknown value '", item, "'")};
     }
     return out;
 }
@@ -344,10 +159,11 @@ std::string quote_arg(std::string_view a) {
     if (plain) return std::string(a);
     std::string q = "'";
     for (char ch : a) {
-        if (ch == '\'') q += "'\\''";
+        if (ch == '\'') q.append("'\\''");
         else q += ch;
     }
-    return q + "'";
+    q += '\'';
+    return q;
 }
 
 options parse_options(int argc, char** argv) {
@@ -398,12 +214,12 @@ options parse_options(int argc, char** argv) {
                 has_value = true;
             }
         }
-        if (spec == nullptr) throw usage_error{"unknown argument '" + std::string(arg) + "'"};
+        if (spec == nullptr) throw usage_error{cat("unknown argument '", arg, "'")};
         if (spec->takes_value && !has_value) {
-            if (i + 1 >= argc) throw usage_error{"--" + std::string(spec->long_name) + " needs a value"};
+            if (i + 1 >= argc) throw usage_error{cat("--", spec->long_name, " needs a value")};
             value = argv[++i];
         } else if (!spec->takes_value && has_value) {
-            throw usage_error{"--" + std::string(spec->long_name) + " takes no value"};
+            throw usage_error{cat("--", spec->long_name, " takes no value")};
         }
         given.emplace_back(spec, value);
     }
@@ -417,9 +233,8 @@ options parse_options(int argc, char** argv) {
             o.warmup = 2;
         }
 
-    bool channels_given = false, chunk_given = false;
     for (const auto& [spec, value] : given) {
-        const std::string flag = "--" + std::string(spec->long_name);
+        const std::string flag = cat("--", spec->long_name);
         const std::string_view name = spec->long_name;
         if (name == "minbytes") o.min_bytes = parse_bytes(value, flag);
         else if (name == "maxbytes") o.max_bytes = parse_bytes(value, flag);
@@ -435,20 +250,21 @@ options parse_options(int argc, char** argv) {
         else if (name == "ranks") o.ranks = int(parse_int(value, flag, 1, 4096));
         else if (name == "root") o.root = int(parse_int(value, flag, 0, 4095));
         else if (name == "algo") o.algo = std::string(value);
-        else if (name == "channels") {
-            o.channels = int(parse_int(value, flag, 1, 64));
-            channels_given = true;
-        } else if (name == "chunk-bytes") {
-            o.chunk_bytes = parse_bytes(value, flag);
-            chunk_given = true;
-        } else if (name == "collectives") o.colls = parse_list(value, flag, all_colls, coll_name);
+        else if (name == "channels") o.channels = int(parse_int(value, flag, 1, 64));
+        else if (name == "chunk-bytes") o.chunk_bytes = parse_bytes(value, flag);
+        else if (name == "collectives") o.colls = parse_list(value, flag, all_colls, coll_name);
         else if (name == "place") {
-            if (value == "out") o.out_of_place = true, o.in_place = false;
-            else if (value == "in") o.out_of_place = false, o.in_place = true;
-            else if (value == "both") o.out_of_place = true, o.in_place = true;
-            else throw usage_error{flag + ": expected out, in or both, got '" + std::string(value) + "'"};
-        } else if (name == "inplace") o.out_of_place = false, o.in_place = true;
-        else if (name == "outofplace") o.out_of_place = true, o.in_place = false;
+            if (value != "out" && value != "in" && value != "both")
+                throw usage_error{cat(flag, ": expected out, in or both, got '", value, "'")};
+            o.out_of_place = value != "in";
+            o.in_place = value != "out";
+        } else if (name == "inplace") {
+            o.out_of_place = false;
+            o.in_place = true;
+        } else if (name == "outofplace") {
+            o.out_of_place = true;
+            o.in_place = false;
+        }
         else if (name == "json") o.json_path = std::string(value);
         else if (name == "csv") o.csv_path = std::string(value);
         else if (name == "quick") {
@@ -461,603 +277,51 @@ options parse_options(int argc, char** argv) {
     if (o.min_bytes == 0) throw usage_error{"--minbytes must be at least 1"};
     if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
     if (o.root >= o.ranks)
-        throw usage_error{"--root " + std::to_string(o.root) + " is not a rank of " + std::to_string(o.ranks)};
-    if (o.algo != "ring") throw usage_error{"--algo: unknown algorithm '" + o.algo + "' (available: ring)"};
-    if (channels_given || chunk_given || true) {
+        throw usage_error{cat("--root ", std::to_string(o.root), " is not a rank of ", std::to_string(o.ranks))};
+    if (o.algo != "ring") throw usage_error{cat("--algo: unknown algorithm '", o.algo, "' (available: ring)")};
+    const ring_choice chosen{o.channels, o.chunk_bytes};
+    if (!(chosen == ring_default)) {
         bool known = false;
-        for (const ring_choice& c : ring_choices) known = known || (c.channels == o.channels && c.chunk_bytes == o.chunk_bytes);
-        if (!known) {
-            std::string list;
-            for (const ring_choice& c : ring_choices)
-                list += " " + std::to_string(c.channels) + "x" + std::to_string(c.chunk_bytes >> 10) + "K";
-            throw usage_error{"ring with --channels " + std::to_string(o.channels) + " --chunk-bytes " +
-                              std::to_string(o.chunk_bytes) + " is not compiled in; channels x chunk available:" + list};
+        std::string list;
+        for (const ring_choice& c : ring_grid) {
+            known = known || c == chosen;
+            list.append(cat(" ", std::to_string(c.channels), "x", std::to_string(c.chunk_bytes >> 10), "K"));
         }
+        if (!known)
+            throw usage_error{cat("ring with --channels ", std::to_string(o.channels), " --chunk-bytes ",
+                                  std::to_string(o.chunk_bytes), " is not compiled in; channels x chunk available:", list)};
+        if (o.types != std::vector<type_kind>{type_kind::float32} || o.ops != std::vector<op_kind>{op_kind::sum})
+            throw usage_error{cat("non-default ring tunings are compiled for -d float -o sum only (the default, --channels ",
+                                  std::to_string(ring_default.channels), " --chunk-bytes ",
+                                  std::to_string(ring_default.chunk_bytes), ", has every type and operator)")};
     }
     return o;
 }
 
-// ---------------------------------------------------------------------------
-// Buffers
-// ---------------------------------------------------------------------------
-
-constexpr std::size_t page_bytes = 4096;
-//! Elements past the end of every output that must come back untouched.
-constexpr std::size_t guard_elems = 64;
-
-struct aligned_deleter {
-    void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{page_bytes}); }
-};
-using buffer_ptr = std::unique_ptr<std::byte, aligned_deleter>;
-
-buffer_ptr allocate(std::size_t bytes) {
-    return buffer_ptr(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{page_bytes})));
-}
-
-//! Two buffers per rank, each `capacity` bytes: A holds inputs (and in-place
-//! data), B holds out-of-place outputs.
-struct rank_buffers {
-    buffer_ptr a;
-    buffer_ptr b;
-};
-
-//! Keeps the compiler from merging or dropping repeated copies.
-inline void clobber_memory() {
-#if defined(__GNUC__)
-    __asm__ __volatile__("" ::: "memory");
-#else
-    std::atomic_signal_fence(std::memory_order_seq_cst);
-#endif
-}
-
-double seconds_since(clock_type::time_point t0) {
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
-}
-
-//! memcpy bandwidth with `nthreads` threads, each copying its own rank's A to
-//! its own B, `bytes` per thread, for every size: GB/s (1e9), read + write,
-//! summed over threads, best of `reps`. One thread start for the whole sweep.
-std::vector<double> measure_memcpy(std::vector<rank_buffers>& bufs, const std::vector<std::size_t>& sizes, int reps) {
-    const int nthreads = int(bufs.size());
-    std::vector<double> times(std::size_t(nthreads) * sizes.size() * std::size_t(reps));
-    std::barrier sync(nthreads);
-    auto worker = [&](int t) {
-        std::byte* src = bufs[std::size_t(t)].a.get();
-        std::byte* dst = bufs[std::size_t(t)].b.get();
-        for (std::size_t s = 0; s < sizes.size(); ++s) {
-            const std::size_t bytes = sizes[s];
-            // At least ~16 MiB per thread and repetition, so small sizes are timed over many copies.
-            const std::size_t inner = std::clamp<std::size_t>((std::size_t(16) << 20) / bytes, 1, 20000);
-            for (int r = 0; r < reps; ++r) {
-                sync.arrive_and_wait();
-                const auto t0 = clock_type::now();
-                for (std::size_t k = 0; k < inner; ++k) {
-                    std::memcpy(dst, src, bytes);
-                    clobber_memory();
-                }
-                times[(s * std::size_t(reps) + std::size_t(r)) * std::size_t(nthreads) + std::size_t(t)] =
-                    seconds_since(t0) / double(inner);
-            }
+//! Copy bandwidth with one thread per rank, each copying its own rank's A
+//! to its own B, `bytes` per thread: GB/s (1e9), read + write, all threads
+//! together (earliest start to latest end), best of `reps`.
+double measure_copy(copy_kind kind, std::vector<rank_buffers>& bufs, std::size_t bytes, int reps) {
+    const std::size_t nthreads = bufs.size();
+    const std::size_t copies = copies_per_rep(bytes);
+    std::vector<span_times> times(static_cast<std::size_t>(reps), span_times(nthreads));
+    std::barrier<> sync(static_cast<std::ptrdiff_t>(nthreads));
+    auto worker = [&](std::size_t t) {
+        for (span_times& st : times) {
+            sync.arrive_and_wait();
+            st.start[t] = clock_type::now();
+            copy_loop(kind, bufs[t].b.get(), bufs[t].a.get(), bytes, copies);
+            st.end[t] = clock_type::now();
         }
     };
     std::vector<std::thread> threads;
-    for (int t = 1; t < nthreads; ++t) threads.emplace_back(worker, t);
+    for (std::size_t t = 1; t < nthreads; ++t) threads.emplace_back(worker, t);
     worker(0);
     for (auto& th : threads) th.join();
 
-    std::vector<double> gbs(sizes.size(), 0.0);
-    for (std::size_t s = 0; s < sizes.size(); ++s)
-        for (int r = 0; r < reps; ++r) {
-            double slowest = 0;
-            for (int t = 0; t < nthreads; ++t)
-                slowest = std::max(slowest, times[(s * std::size_t(reps) + std::size_t(r)) * std::size_t(nthreads) + std::size_t(t)]);
-            gbs[s] = std::max(gbs[s], 2.0 * double(sizes[s]) * nthreads / slowest / 1e9);
-        }
-    return gbs;
-}
-
-// ---------------------------------------------------------------------------
-// Verifiable data
-// ---------------------------------------------------------------------------
-
-//! Inputs repeat with this period (a multiple of every modulus used below),
-//! so filling and checking are table look-ups.
-constexpr std::size_t period = 420;
-
-template <class T>
-using wide_t = std::conditional_t<std::is_floating_point_v<T>, double,
-                                  std::conditional_t<std::is_signed_v<T>, std::int64_t, std::uint64_t>>;
-
-//! Integer-valued inputs whose exact reduction does not depend on the order
-//! of operations, and that reference. Value of rank r at element i:
-//!   sum, min, max: 1 + (i + 3r) mod m, m = min(7, max(T) / n) so the sum fits;
-//!   prod: 2 where (i + r) mod 3 == 0, else 1 (a product of a few twos);
-//!   avg: c_i ± k_i in pairs of ranks (0 for an odd last rank), so the sum is
-//!        exactly n * c_i and avg = c_i whether it divides or not.
-template <class T>
-struct data_pattern {
-    int n = 0;
-    std::vector<T> in;  //!< n rows of `period` values
-    std::vector<T> ref; //!< `period` reduced values
-    T stable{};         //!< x with op(x, x, ..., x) == x: in-place timing input
-    T sentinel{};       //!< what untouched memory holds
-
-    const T* row(int r) const { return in.data() + std::size_t(r) * period; }
-};
-
-template <class T>
-data_pattern<T> make_pattern(op_kind op, int n) {
-    data_pattern<T> p;
-    p.n = n;
-    p.in.resize(std::size_t(n) * period);
-    p.ref.resize(period);
-    p.sentinel = static_cast<T>(-3); // negative for signed, huge for unsigned: never a result
-    p.stable = static_cast<T>(op == op_kind::sum ? 0 : 1);
-
-    long long m = 7;
-    if constexpr (std::is_integral_v<T>) m = std::clamp<long long>((long long)(std::numeric_limits<T>::max()) / n, 1, 7);
-
-    for (std::size_t i = 0; i < period; ++i) {
-        const long long c = 3 + long long(i % 5);
-        const long long k = 1 + long long(i % 3);
-        for (int r = 0; r < n; ++r) {
-            long long v = 0;
-            switch (op) {
-            case op_kind::sum:
-            case op_kind::min:
-            case op_kind::max: v = 1 + (long long(i) + 3LL * r) % m; break;
-            case op_kind::prod: v = (long long(i) + r) % 3 == 0 ? 2 : 1; break;
-            case op_kind::avg:
-                if (n % 2 == 1 && r == n - 1) v = c;
-                else v = r % 2 == 0 ? c + k : c - k;
-                break;
-            }
-            p.in[std::size_t(r) * period + i] = static_cast<T>(v);
-        }
-        wide_t<T> acc = static_cast<wide_t<T>>(p.in[i]);
-        T best = p.in[i];
-        for (int r = 1; r < n; ++r) {
-            const T v = p.in[std::size_t(r) * period + i];
-            switch (op) {
-            case op_kind::sum:
-            case op_kind::avg: acc = static_cast<wide_t<T>>(acc + static_cast<wide_t<T>>(v)); break;
-            case op_kind::prod: acc = static_cast<wide_t<T>>(acc * static_cast<wide_t<T>>(v)); break;
-            case op_kind::min: best = v < best ? v : best; break;
-            case op_kind::max: best = best < v ? v : best; break;
-            }
-        }
-        switch (op) {
-        case op_kind::sum:
-        case op_kind::prod: p.ref[i] = static_cast<T>(acc); break;
-        case op_kind::avg: p.ref[i] = static_cast<T>(static_cast<T>(acc) / static_cast<T>(n)); break; // sum, then divide
-        case op_kind::min:
-        case op_kind::max: p.ref[i] = best; break;
-        }
-    }
-    return p;
-}
-
-//! dst[j] = row[(first + j) % period]
-template <class T>
-void fill_from(T* dst, std::size_t count, const T* row, std::size_t first) {
-    std::size_t j = first % period;
-    for (std::size_t i = 0; i < count; ++i) {
-        dst[i] = row[j];
-        if (++j == period) j = 0;
-    }
-}
-
-template <class T>
-void fill_value(T* dst, std::size_t count, T value) {
-    std::fill(dst, dst + count, value);
-}
-
-template <class T>
-std::uint64_t count_wrong(const T* got, std::size_t count, const T* row, std::size_t first) {
-    std::uint64_t wrong = 0;
-    std::size_t j = first % period;
-    for (std::size_t i = 0; i < count; ++i) {
-        wrong += !(got[i] == row[j]);
-        if (++j == period) j = 0;
-    }
-    return wrong;
-}
-
-template <class T>
-std::uint64_t count_not(const T* got, std::size_t count, T value) {
-    std::uint64_t wrong = 0;
-    for (std::size_t i = 0; i < count; ++i) wrong += !(got[i] == value);
-    return wrong;
-}
-
-// ---------------------------------------------------------------------------
-// Results
-// ---------------------------------------------------------------------------
-
-struct place_result {
-    bool valid = false;
-    double time_us = 0;
-    double algbw = 0;
-    double busbw = 0;
-    double eff = 0;
-    std::uint64_t wrong = 0;
-};
-
-struct row_result {
-    coll_kind coll{};
-    std::size_t bytes = 0;
-    std::size_t count = 0;
-    const char* type = "";
-    const char* op = "none";
-    int root = -1;
-    double cpybw = 0;
-    place_result place[2]; // [0] out-of-place, [1] in-place
-};
-
-std::string json_escape(std::string_view s) {
-    std::string out;
-    for (char ch : s) {
-        if (ch == '"' || ch == '\\') {
-            out += '\\';
-            out += ch;
-        } else if (static_cast<unsigned char>(ch) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
-            out += buf;
-        } else {
-            out += ch;
-        }
-    }
-    return out;
-}
-
-std::string human_bytes(std::size_t b) {
-    char buf[32];
-    if (b >= (std::size_t(1) << 30) && b % (std::size_t(1) << 30) == 0) std::snprintf(buf, sizeof buf, "%zu GiB", b >> 30);
-    else if (b >= (std::size_t(1) << 20) && b % (std::size_t(1) << 20) == 0) std::snprintf(buf, sizeof buf, "%zu MiB", b >> 20);
-    else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%zu KiB", b >> 10);
-    else std::snprintf(buf, sizeof buf, "%zu B", b);
-    return buf;
-}
-
-std::string version_string() {
-#if defined(CHORUS_VERSION_MAJOR) && defined(CHORUS_VERSION_MINOR) && defined(CHORUS_VERSION_PATCH)
-    return std::to_string(CHORUS_VERSION_MAJOR) + "." + std::to_string(CHORUS_VERSION_MINOR) + "." +
-           std::to_string(CHORUS_VERSION_PATCH);
-#else
-    return "unknown";
-#endif
-}
-
-//! Writes the human table (stdout, flushed per row) and the optional CSV and
-//! JSON files. Only rank 0's thread or main() call it, never concurrently.
-class reporter {
-public:
-    explicit reporter(const options& o) : opt_(o) {
-        if (!o.csv_path.empty()) {
-            csv_ = std::fopen(o.csv_path.c_str(), "w");
-            if (csv_ == nullptr) throw usage_error{"--csv: cannot write " + o.csv_path};
-            std::fprintf(csv_, "collective,place,size_bytes,count,type,redop,root,ranks,algo,channels,chunk_bytes,"
-                               "iters,warmup,time_us,algbw_gbps,busbw_gbps,eff,memcpy_gbps,wrong\n");
-        }
-        if (!o.json_path.empty()) {
-            json_ = std::fopen(o.json_path.c_str(), "w");
-            if (json_ == nullptr) throw usage_error{"--json: cannot write " + o.json_path};
-        }
-    }
-    reporter(const reporter&) = delete;
-    reporter& operator=(const reporter&) = delete;
-    ~reporter() {
-        if (csv_ != nullptr) std::fclose(csv_);
-        if (json_ != nullptr) {
-            std::fprintf(json_, "\n  ],\n  \"wrong_total\": %" PRIu64 "\n}\n", wrong_total_);
-            std::fclose(json_);
-        }
-    }
-
-    void preamble(const std::vector<std::size_t>& sizes, const std::vector<double>& cpy) {
-        const int n = opt_.ranks;
-        const unsigned hw = std::thread::hardware_concurrency();
-        std::printf("# %s\n", opt_.command_line.c_str());
-        std::printf("# chorus %s, threads backend: %d ranks as threads on %u hardware threads%s\n",
-                    version_string().c_str(), n, hw, hw != 0 && unsigned(n) > hw ? " (oversubscribed)" : "");
-        std::printf("# algo %s<{.channels = %d, .chunk_bytes = %zu}>, iters %d, warmup %d, check %d, root %d\n",
-                    opt_.algo.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? 1 : 0,
-                    opt_.root);
-        std::printf("# buffers: 2 x %s per rank, page aligned, pre-faulted\n", human_bytes(opt_.max_bytes).c_str());
-        std::printf("# memcpy (%d threads, %s): %.1f GB/s (read+write)\n", n, human_bytes(sizes.back()).c_str(),
-                    cpy.back());
-        std::printf("#\n"
-                    "# S = size(B). algbw = S / time. busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md):\n"
-                    "#   all_reduce S = count * sizeof(T), factor 2(n-1)/n; all_gather and reduce_scatter\n"
-                    "#   S = n * count * sizeof(T) (count is per rank), factor (n-1)/n; broadcast, reduce factor 1.\n"
-                    "# cpybw = memcpy bandwidth at S bytes per thread, %d threads, read+write, best of several.\n"
-                    "# eff = least memory traffic / time / cpybw, where the least traffic of a shared-memory\n"
-                    "#   collective (every input read once, every output written once) is\n"
-                    "#   all_reduce 2nS, all_gather S + nS, reduce_scatter nS + S, broadcast S + (n-1)S, reduce nS + S.\n"
-                    "# time = max over ranks of the per-call time of %d back-to-back calls after %d warm-up calls.\n"
-                    "# #wrong: elements differing from a serial reference (tolerance 0), plus writes past the output\n"
-                    "#   and changes to an out-of-place input.\n",
-                    n, opt_.iters, opt_.warmup);
-        std::fflush(stdout);
-
-        if (json_ != nullptr) {
-            std::fprintf(json_,
-                         "{\n  \"command\": \"%s\",\n  \"version\": \"%s\",\n  \"backend\": \"threads\",\n"
-                         "  \"ranks\": %d,\n  \"hardware_threads\": %u,\n  \"algo\": \"%s\",\n  \"channels\": %d,\n"
-                         "  \"chunk_bytes\": %zu,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
-                         "  \"root\": %d,\n  \"memcpy\": [",
-                         json_escape(opt_.command_line).c_str(), version_string().c_str(), n, hw, opt_.algo.c_str(),
-                         opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? "true" : "false",
-                         opt_.root);
-            for (std::size_t i = 0; i < sizes.size(); ++i)
-                std::fprintf(json_, "%s\n    {\"bytes\": %zu, \"gbps\": %.4f}", i ? "," : "", sizes[i], cpy[i]);
-            std::fprintf(json_, "\n  ],\n  \"rows\": [");
-        }
-    }
-
-    void table_header(coll_kind c) {
-        busbw_sum_ = 0;
-        busbw_count_ = 0;
-        table_wrong_ = 0;
-        std::printf("#\n# %s\n", coll_name(c));
-        std::printf("#%53s%s%s\n", "",
-                    opt_.out_of_place ? "             out-of-place                 " : "",
-                    opt_.in_place ? "               in-place                   " : "");
-        std::printf("#%14s %10s %7s %6s %5s", "size", "count", "type", "redop", "root");
-        for (int p = 0; p < 2; ++p)
-            if (enabled(p)) std::printf(" %10s %8s %8s %6s %7s", "time", "algbw", "busbw", "eff", "#wrong");
-        std::printf(" %8s\n", "cpybw");
-        std::printf("#%14s %10s %7s %6s %5s", "(B)", "(elements)", "", "", "");
-        for (int p = 0; p < 2; ++p)
-            if (enabled(p)) std::printf(" %10s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
-        std::printf(" %8s\n", "(GB/s)");
-        std::fflush(stdout);
-    }
-
-    void row(const row_result& r) {
-        std::printf(" %14zu %10zu %7s %6s %5d", r.bytes, r.count, r.type, r.op, r.root);
-        for (int p = 0; p < 2; ++p) {
-            if (!enabled(p)) continue;
-            const place_result& pr = r.place[p];
-            if (!pr.valid) {
-                std::printf(" %10s %8s %8s %6s %7s", "n/a", "n/a", "n/a", "n/a", "n/a");
-                continue;
-            }
-            std::printf(" %10.2f %8.3f %8.3f %6.3f %7" PRIu64, pr.time_us, pr.algbw, pr.busbw, pr.eff, pr.wrong);
-            busbw_sum_ += pr.busbw;
-            ++busbw_count_;
-            table_wrong_ += pr.wrong;
-            wrong_total_ += pr.wrong;
-            write_files(r, p);
-        }
-        std::printf(" %8.2f\n", r.cpybw);
-        std::fflush(stdout);
-    }
-
-    void table_footer() {
-        std::printf("# Out of bounds / wrong values : %" PRIu64 " %s\n", table_wrong_, table_wrong_ == 0 ? "OK" : "FAILED");
-        std::printf("# Avg bus bandwidth            : %.3f GB/s\n",
-                    busbw_count_ ? busbw_sum_ / double(busbw_count_) : 0.0);
-        std::fflush(stdout);
-    }
-
-    std::uint64_t wrong_total() const { return wrong_total_; }
-
-private:
-    bool enabled(int p) const { return p == 0 ? opt_.out_of_place : opt_.in_place; }
-
-    void write_files(const row_result& r, int p) {
-        const place_result& pr = r.place[p];
-        const char* place = p == 0 ? "out" : "in";
-        if (csv_ != nullptr) {
-            std::fprintf(csv_, "%s,%s,%zu,%zu,%s,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%" PRIu64 "\n",
-                         coll_name(r.coll), place, r.bytes, r.count, r.type, r.op, r.root, opt_.ranks,
-                         opt_.algo.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, pr.time_us,
-                         pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong);
-            std::fflush(csv_);
-        }
-        if (json_ != nullptr) {
-            std::fprintf(json_,
-                         "%s\n    {\"collective\": \"%s\", \"place\": \"%s\", \"size_bytes\": %zu, \"count\": %zu, "
-                         "\"type\": \"%s\", \"redop\": \"%s\", \"root\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.6f, "
-                         "\"busbw_gbps\": %.6f, \"eff\": %.6f, \"memcpy_gbps\": %.4f, \"wrong\": %" PRIu64 "}",
-                         json_rows_ ? "," : "", coll_name(r.coll), place, r.bytes, r.count, r.type, r.op, r.root,
-                         pr.time_us, pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong);
-            ++json_rows_;
-            std::fflush(json_);
-        }
-    }
-
-    const options& opt_;
-    std::FILE* csv_ = nullptr;
-    std::FILE* json_ = nullptr;
-    std::size_t json_rows_ = 0;
-    double busbw_sum_ = 0;
-    std::size_t busbw_count_ = 0;
-    std::uint64_t table_wrong_ = 0;
-    std::uint64_t wrong_total_ = 0;
-};
-
-// ---------------------------------------------------------------------------
-// The measured rank program
-// ---------------------------------------------------------------------------
-
-//! State shared by the rank threads of one run_threads() call. Ranks write
-//! only their own slot of the per-rank vectors, and rank 0 reads them after a
-//! barrier.
-struct bench_state {
-    const options& opt;
-    std::vector<rank_buffers>& bufs;
-    std::size_t capacity_bytes; //!< of each buffer
-    const std::vector<std::size_t>& sizes;
-    const std::vector<double>& cpybw;
-    reporter& rep;
-    std::vector<double> rank_us;
-    std::vector<std::uint64_t> rank_wrong;
-};
-
-//! One call of collective `c`. in/out are this rank's operands; `inplace`
-//! selects the one-buffer overload of all_reduce.
-template <class Algo, class T, class Op>
-void call_collective(coll_kind c, comm_type& comm, std::span<const T> in, std::span<T> out, bool inplace, int root) {
-    switch (c) {
-    case coll_kind::all_reduce:
-        if (inplace) chorus::all_reduce<Algo>(comm, out, Op{});
-        else chorus::all_reduce<Algo>(comm, in, out, Op{});
-        break;
-    case coll_kind::all_gather: chorus::all_gather<Algo>(comm, in, out); break;
-    case coll_kind::reduce_scatter: chorus::reduce_scatter<Algo>(comm, in, out, Op{}); break;
-    case coll_kind::broadcast: chorus::broadcast<Algo>(comm, out, root); break;
-    case coll_kind::reduce: chorus::reduce<Algo>(comm, in, out, Op{}, root); break;
-    }
-}
-
-//! Where one rank's operands live for a collective of per-call count `count`.
-//! A and B are the rank's two buffers (see rank_buffers).
-template <class T>
-struct operands {
-    T* in_ptr = nullptr;
-    std::size_t in_count = 0;
-    T* out_ptr = nullptr;
-    std::size_t out_count = 0;
-    //! The whole region the call may touch, and where the guard starts after it.
-    T* region = nullptr;
-    std::size_t region_count = 0;
-};
-
-template <class T>
-operands<T> layout(coll_kind c, bool inplace, int rank, int n, int root, std::size_t count, T* a, T* b) {
-    operands<T> o;
-    const std::size_t nc = std::size_t(n) * count;
-    const std::size_t rc = std::size_t(rank) * count;
-    switch (c) {
-    case coll_kind::all_reduce:
-        o = inplace ? operands<T>{a, count, a, count, a, count} : operands<T>{a, count, b, count, b, count};
-        break;
-    case coll_kind::all_gather: // count per rank
-        o = inplace ? operands<T>{b + rc, count, b, nc, b, nc} : operands<T>{a, count, b, nc, b, nc};
-        break;
-    case coll_kind::reduce_scatter: // count per rank
-        o = inplace ? operands<T>{a, nc, a + rc, count, a, nc} : operands<T>{a, nc, b, count, b, count};
-        break;
-    case coll_kind::broadcast: o = operands<T>{a, count, a, count, a, count}; break;
-    case coll_kind::reduce:
-        if (inplace) o = operands<T>{a, count, a, count, a, count};
-        else o = operands<T>{a, count, b, rank == root ? count : 0, b, count};
-        break;
-    }
-    return o;
-}
-
-//! Fills this rank's operands with the verifiable pattern, everything else it
-//! may touch (and the guard) with the sentinel.
-template <class T>
-void fill_for_check(coll_kind c, bool inplace, int rank, int root, std::size_t count, const operands<T>& o,
-                    const data_pattern<T>& pat) {
-    fill_value(o.region, o.region_count + guard_elems, pat.sentinel);
-    if (!inplace) fill_value(o.out_ptr, o.out_count, pat.sentinel);
-    switch (c) {
-    case coll_kind::broadcast:
-        if (rank == root) fill_from(o.in_ptr, count, pat.row(rank), 0);
-        break;
-    default: fill_from(o.in_ptr, o.in_count, pat.row(rank), 0); break;
-    }
-}
-
-//! Wrong elements in this rank's result, guard and (out-of-place) input.
-template <class T>
-std::uint64_t verify(coll_kind c, bool inplace, int rank, int n, int root, std::size_t count, const operands<T>& o,
-                     const data_pattern<T>& pat) {
-    std::uint64_t wrong = count_not(o.region + o.region_count, guard_elems, pat.sentinel);
-    switch (c) {
-    case coll_kind::all_reduce: wrong += count_wrong(o.out_ptr, count, pat.ref.data(), 0); break;
-    case coll_kind::all_gather:
-        for (int q = 0; q < n; ++q) wrong += count_wrong(o.out_ptr + std::size_t(q) * count, count, pat.row(q), 0);
-        break;
-    case coll_kind::reduce_scatter:
-        wrong += count_wrong(o.out_ptr, count, pat.ref.data(), std::size_t(rank) * count);
-        break;
-    case coll_kind::broadcast: wrong += count_wrong(o.out_ptr, count, pat.row(root), 0); break;
-    case coll_kind::reduce:
-        if (rank == root) wrong += count_wrong(o.out_ptr, count, pat.ref.data(), 0);
-        else if (inplace) wrong += count_wrong(o.in_ptr, count, pat.row(rank), 0); // non-root: buffer untouched
-        else wrong += count_not(o.region, o.region_count, pat.sentinel);          // non-root: B untouched
-        break;
-    }
-    if (!inplace) wrong += count_wrong(o.in_ptr, o.in_count, pat.row(rank), 0); // input never modified
-    return wrong;
-}
-
-//! All sizes of one collective, one type, one operator, on this rank.
-template <class Algo, class T, class Op>
-void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
-    const options& opt = st.opt;
-    const int n = comm.size();
-    const int rank = comm.rank();
-    const int root = coll_uses_root(c) ? opt.root : -1;
-    const data_pattern<T> pat = make_pattern<T>(op, n);
-    T* const a = reinterpret_cast<T*>(st.bufs[std::size_t(rank)].a.get());
-    T* const b = reinterpret_cast<T*>(st.bufs[std::size_t(rank)].b.get());
-
-    for (std::size_t si = 0; si < st.sizes.size(); ++si) {
-        const std::size_t elems = st.sizes[si] / sizeof(T);
-        const std::size_t count = coll_count_per_rank(c) ? elems / std::size_t(n) : elems;
-        if (count == 0) continue; // identical on every rank
-        const std::size_t bytes = (coll_count_per_rank(c) ? count * std::size_t(n) : count) * sizeof(T);
-
-        row_result row;
-        row.coll = c;
-        row.bytes = bytes;
-        row.count = count;
-        row.type = chorus::element_traits<T>::name();
-        row.op = coll_uses_op(c) ? op_name(op) : "none";
-        row.root = root;
-        row.cpybw = st.cpybw[si];
-
-        for (int place = 0; place < 2; ++place) {
-            const bool inplace = place == 1;
-            if (inplace ? !opt.in_place : !opt.out_of_place) continue;
-            if (!inplace && !coll_has_out_of_place(c)) continue;
-            const operands<T> o = layout(c, inplace, rank, n, root, count, a, b);
-            const std::span<const T> in(o.in_ptr, o.in_count);
-            const std::span<T> out(o.out_ptr, o.out_count);
-
-            // Timing. Out-of-place inputs never change; in-place data is a fixed point of the operator.
-            if (inplace) fill_value(o.region, o.region_count, pat.stable);
-            else fill_from(o.in_ptr, o.in_count, pat.row(rank), 0);
-            for (int i = 0; i < opt.warmup; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
-            chorus::barrier(comm);
-            const auto t0 = clock_type::now();
-            for (int i = 0; i < opt.iters; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
-            st.rank_us[std::size_t(rank)] = seconds_since(t0) * 1e6 / opt.iters;
-
-            // Check: one more call on fresh verifiable data.
-            std::uint64_t wrong = 0;
-            if (opt.check) {
-                chorus::barrier(comm); // nobody refills while a peer could still be in the timed loop
-                fill_for_check(c, inplace, rank, root, count, o, pat);
-                call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
-                wrong = verify(c, inplace, rank, n, root, count, o, pat);
-            }
-            st.rank_wrong[std::size_t(rank)] = wrong;
-            chorus::barrier(comm);
-
-            if (rank == 0) {
-                place_result& pr = row.place[place];
-                pr.valid = true;
-                pr.time_us = *std::max_element(st.rank_us.begin(), st.rank_us.end());
-                for (std::uint64_t w : st.rank_wrong) pr.wrong += w;
-                const double secs = pr.time_us * 1e-6;
-                pr.algbw = double(bytes) / secs / 1e9;
-                pr.busbw = pr.algbw * bus_factor(c, n);
-                pr.eff = row.cpybw > 0 ? least_traffic_bytes(c, n, double(bytes)) / secs / (row.cpybw * 1e9) : 0.0;
-            }
-            // The next write to rank_us/rank_wrong follows at least one more barrier that rank 0 enters
-            // only after reading them.
-        }
-        if (rank == 0) st.rep.row(row);
-    }
+    double best = 0;
+    for (const span_times& st : times) best = std::max(best, copy_gbps(bytes, copies, nthreads, st.seconds()));
+    return best;
 }
 
 //! Sweep sizes: min, min*f, ... up to max.
@@ -1075,8 +339,8 @@ int run(const options& opt) {
     const int n = opt.ranks;
     const std::vector<std::size_t> sizes = sweep_sizes(opt);
 
-    // Buffers: allocated once at the largest size (+ guard), pre-faulted by
-    // the thread that will use them, never reallocated.
+    // Buffers: allocated once at the largest size (+ guard), pre-faulted (one
+    // thread per rank touches every page), never reallocated.
     const std::size_t capacity = (opt.max_bytes + guard_elems * 8 + page_bytes - 1) / page_bytes * page_bytes;
     std::vector<rank_buffers> bufs(static_cast<std::size_t>(n));
     for (rank_buffers& rb : bufs) {
@@ -1093,37 +357,17 @@ int run(const options& opt) {
         for (auto& t : touch) t.join();
     }
 
-    const std::vector<double> cpybw = measure_memcpy(bufs, sizes, opt.quick ? 3 : 5);
-    rep.preamble(sizes, cpybw);
+    rep.preamble(sizes.back(), measure_copy(copy_kind::memcpy, bufs, sizes.back(), 5),
+                 measure_copy(copy_kind::streaming, bufs, sizes.back(), 5));
 
-    bench_state st{opt, bufs, capacity, sizes, cpybw, rep, std::vector<double>(std::size_t(n)),
-                   std::vector<std::uint64_t>(std::size_t(n))};
+    bench_state st(opt, bufs, sizes, rep);
 
-    auto with_algo = [&](auto&& f) {
-        // parse_options() accepted only compiled-in (channels, chunk) pairs
-        if (!with_ring(opt.channels, opt.chunk_bytes, f)) std::abort();
-    };
-
+    const bool default_ring = ring_choice{opt.channels, opt.chunk_bytes} == ring_default;
     for (coll_kind c : opt.colls) {
         rep.table_header(c);
         for (type_kind t : opt.types) {
-            with_algo([&](auto algo_tag) {
-                using Algo = typename decltype(algo_tag)::type;
-                with_type(t, [&](auto type_tag) {
-                    using T = typename decltype(type_tag)::type;
-                    chorus::run_threads(n, [&](comm_type& comm) {
-                        if (coll_uses_op(c)) {
-                            for (op_kind op : opt.ops)
-                                with_op(op, [&](auto op_tag) {
-                                    using Op = typename decltype(op_tag)::type;
-                                    bench_rows<Algo, T, Op>(comm, st, c, op);
-                                });
-                        } else {
-                            bench_rows<Algo, T, chorus::sum>(comm, st, c, op_kind::sum);
-                        }
-                    });
-                });
-            });
+            if (default_ring) run_ring_default(st, c, t);
+            else if (!run_ring_grid(st, c, opt.channels, opt.chunk_bytes)) std::abort(); // parse_options() checked
         }
         rep.table_footer();
     }
@@ -1133,8 +377,10 @@ int run(const options& opt) {
 }
 
 } // namespace
+} // namespace chorus_bench
 
 int main(int argc, char** argv) {
+    using namespace chorus_bench;
     options opt;
     try {
         opt = parse_options(argc, argv);

@@ -1,0 +1,892 @@
+#pragma once
+//! \file bench.hpp
+//! What chorus_bench's translation units share: the measured collectives and
+//! their nccl-tests definitions, options, buffers, verifiable data, the
+//! reporter, and the rank program (templates). The expensive part, the
+//! collective instantiations, is spread over bench_ring.cpp and
+//! bench_ring_grid.cpp so a -j2 build compiles them side by side.
+
+#include <chorus/chorus.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cinttypes>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iterator>
+#include <limits>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#if defined(__SSE2__)
+#  include <emmintrin.h>
+#endif
+
+namespace chorus_bench {
+
+using comm_type = chorus::communicator<chorus::threads>;
+using clock_type = std::chrono::steady_clock;
+
+//! Concatenates strings without operator+ (whose inlined form trips GCC 12's
+//! -Wrestrict false positive at -O3, GCC bug 105651).
+template <class... Parts>
+std::string cat(const Parts&... parts) {
+    std::string s;
+    (s.append(std::string_view(parts)), ...);
+    return s;
+}
+
+// ---------------------------------------------------------------------------
+// What can be measured
+// ---------------------------------------------------------------------------
+
+enum class coll_kind { all_reduce, all_gather, reduce_scatter, broadcast, reduce };
+inline constexpr coll_kind all_colls[] = {coll_kind::all_reduce, coll_kind::all_gather, coll_kind::reduce_scatter,
+                                          coll_kind::broadcast, coll_kind::reduce};
+
+constexpr const char* coll_name(coll_kind c) {
+    switch (c) {
+    case coll_kind::all_reduce: return "all_reduce";
+    case coll_kind::all_gather: return "all_gather";
+    case coll_kind::reduce_scatter: return "reduce_scatter";
+    case coll_kind::broadcast: return "broadcast";
+    case coll_kind::reduce: return "reduce";
+    }
+    return "?";
+}
+constexpr bool coll_uses_op(coll_kind c) {
+    return c == coll_kind::all_reduce || c == coll_kind::reduce_scatter || c == coll_kind::reduce;
+}
+constexpr bool coll_uses_root(coll_kind c) { return c == coll_kind::broadcast || c == coll_kind::reduce; }
+//! Broadcast takes one buffer: it is in place by definition.
+constexpr bool coll_has_out_of_place(coll_kind c) { return c != coll_kind::broadcast; }
+//! A row's per-call count is per rank for these (nccl-tests' convention).
+constexpr bool coll_count_per_rank(coll_kind c) {
+    return c == coll_kind::all_gather || c == coll_kind::reduce_scatter;
+}
+
+//! nccl-tests doc/PERFORMANCE.md: busbw = algbw * factor.
+inline double bus_factor(coll_kind c, int n) {
+    switch (c) {
+    case coll_kind::all_reduce: return 2.0 * (n - 1) / n;
+    case coll_kind::all_gather:
+    case coll_kind::reduce_scatter: return double(n - 1) / n;
+    case coll_kind::broadcast:
+    case coll_kind::reduce: return 1.0;
+    }
+    return 1.0;
+}
+
+//! The least bytes a shared-memory implementation must read plus write, for
+//! S = the row's size column (see the printed definitions).
+inline double least_traffic_bytes(coll_kind c, int n, double s) {
+    switch (c) {
+    case coll_kind::all_reduce: return 2.0 * n * s;           // n inputs read, n outputs written
+    case coll_kind::all_gather: return s + n * s;             // n inputs of S/n read, n outputs of S written
+    case coll_kind::reduce_scatter: return n * s + s;         // n inputs of S read, n outputs of S/n written
+    case coll_kind::broadcast: return s + (n - 1) * s;        // root read once, n-1 copies written
+    case coll_kind::reduce: return n * s + s;                 // n inputs read, root's output written
+    }
+    return s;
+}
+
+enum class op_kind { sum, prod, min, max, avg };
+inline constexpr op_kind all_ops[] = {op_kind::sum, op_kind::prod, op_kind::min, op_kind::max, op_kind::avg};
+constexpr const char* op_name(op_kind o) {
+    switch (o) {
+    case op_kind::sum: return "sum";
+    case op_kind::prod: return "prod";
+    case op_kind::min: return "min";
+    case op_kind::max: return "max";
+    case op_kind::avg: return "avg";
+    }
+    return "?";
+}
+
+enum class type_kind { int8, uint8, int32, uint32, int64, uint64, float32, float64 };
+inline constexpr type_kind all_types[] = {type_kind::int8,  type_kind::uint8,  type_kind::int32,   type_kind::uint32,
+                                          type_kind::int64, type_kind::uint64, type_kind::float32, type_kind::float64};
+constexpr const char* type_name(type_kind t) {
+    switch (t) {
+    case type_kind::int8: return "int8";
+    case type_kind::uint8: return "uint8";
+    case type_kind::int32: return "int32";
+    case type_kind::uint32: return "uint32";
+    case type_kind::int64: return "int64";
+    case type_kind::uint64: return "uint64";
+    case type_kind::float32: return "float";
+    case type_kind::float64: return "double";
+    }
+    return "?";
+}
+
+// Runtime choice -> compile-time type. Each calls f(std::type_identity<X>{}).
+template <class F>
+void with_type(type_kind t, F&& f) {
+    switch (t) {
+    case type_kind::int8: f(std::type_identity<std::int8_t>{}); break;
+    case type_kind::uint8: f(std::type_identity<std::uint8_t>{}); break;
+    case type_kind::int32: f(std::type_identity<std::int32_t>{}); break;
+    case type_kind::uint32: f(std::type_identity<std::uint32_t>{}); break;
+    case type_kind::int64: f(std::type_identity<std::int64_t>{}); break;
+    case type_kind::uint64: f(std::type_identity<std::uint64_t>{}); break;
+    case type_kind::float32: f(std::type_identity<float>{}); break;
+    case type_kind::float64: f(std::type_identity<double>{}); break;
+    }
+}
+
+template <class Op>
+constexpr op_kind op_kind_of() {
+    if constexpr (std::is_same_v<Op, chorus::prod>) return op_kind::prod;
+    else if constexpr (std::is_same_v<Op, chorus::min>) return op_kind::min;
+    else if constexpr (std::is_same_v<Op, chorus::max>) return op_kind::max;
+    else if constexpr (std::is_same_v<Op, chorus::avg>) return op_kind::avg;
+    else return op_kind::sum;
+}
+
+
+//! The ring<> tunings compiled in. The library default, ring<> =
+//! ring<ring_params{}>, is compiled for every type and operator
+//! (bench_ring.cpp); the rest of this channels x chunk grid only for float
+//! and sum (bench_ring_grid.cpp): each entry costs about 6 collective
+//! instantiations per type and operator, and compile time matters.
+struct ring_choice {
+    int channels;
+    std::size_t chunk_bytes;
+    friend constexpr bool operator==(const ring_choice&, const ring_choice&) = default;
+};
+inline constexpr ring_choice ring_default{chorus::ring_params{}.channels, chorus::ring_params{}.chunk_bytes};
+inline constexpr ring_choice ring_grid[] = {
+    {1, 64 << 10}, {1, 256 << 10}, {1, 1 << 20},  //
+    {2, 64 << 10}, {2, 256 << 10}, {2, 1 << 20},  //
+    {4, 64 << 10}, {4, 256 << 10}, {4, 1 << 20},
+};
+
+// ---------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------
+
+struct options {
+    std::size_t min_bytes = 8;
+    std::size_t max_bytes = std::size_t(64) << 20;
+    std::size_t step_factor = 2;
+    int iters = 20;
+    int warmup = 5;
+    bool check = true;
+    std::vector<op_kind> ops{op_kind::sum};
+    std::vector<type_kind> types{type_kind::float32};
+    int ranks = 2;
+    int root = 0;
+    std::string algo = "ring";
+    int channels = 1;
+    std::size_t chunk_bytes = 256 << 10;
+    std::vector<coll_kind> colls{std::begin(all_colls), std::end(all_colls)};
+    bool out_of_place = true;
+    bool in_place = true;
+    std::string json_path;
+    std::string csv_path;
+    bool quick = false;
+    std::string command_line;
+};
+
+struct usage_error {
+    std::string what;
+};
+
+// ---------------------------------------------------------------------------
+// Buffers
+// ---------------------------------------------------------------------------
+
+inline constexpr std::size_t page_bytes = 4096;
+//! Elements past the end of every output that must come back untouched.
+inline constexpr std::size_t guard_elems = 64;
+
+struct aligned_deleter {
+    void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t{page_bytes}); }
+};
+using buffer_ptr = std::unique_ptr<std::byte, aligned_deleter>;
+
+inline buffer_ptr allocate(std::size_t bytes) {
+    return buffer_ptr(static_cast<std::byte*>(::operator new(bytes, std::align_val_t{page_bytes})));
+}
+
+//! Two buffers per rank, each `capacity` bytes: A holds inputs (and in-place
+//! data), B holds out-of-place outputs.
+struct rank_buffers {
+    buffer_ptr a;
+    buffer_ptr b;
+};
+
+//! Keeps the compiler from merging or dropping repeated copies.
+inline void clobber_memory() {
+#if defined(__GNUC__)
+    __asm__ __volatile__("" ::: "memory");
+#else
+    std::atomic_signal_fence(std::memory_order_seq_cst);
+#endif
+}
+
+//! Wall time of work done by several threads: from the earliest start to
+//! the latest end. Right even when threads outnumber cores and run one after
+//! another (a max of per-thread durations would then overstate bandwidth).
+struct span_times {
+    std::vector<clock_type::time_point> start, end;
+    explicit span_times(std::size_t threads) : start(threads), end(threads) {}
+    double seconds() const {
+        return std::chrono::duration<double>(*std::max_element(end.begin(), end.end()) -
+                                             *std::min_element(start.begin(), start.end()))
+            .count();
+    }
+};
+
+//! Copies per timed repetition of the copy ceiling: at least ~16 MiB per
+//! thread, so small sizes are timed over many copies.
+inline std::size_t copies_per_rep(std::size_t bytes) {
+    return std::clamp<std::size_t>((std::size_t(16) << 20) / bytes, 1, 100000);
+}
+
+//! How the copy ceiling copies: the C library's memcpy, or a loop of
+//! non-temporal (streaming) stores, which bypass the cache. Which is faster
+//! depends on the size and the machine (glibc switches to streaming stores
+//! only above a cache-size threshold), and chorus itself streams large
+//! transfers, so the ceiling is the better of the two.
+enum class copy_kind { memcpy, streaming };
+
+//! Copy with 16-byte streaming stores (SSE2, part of baseline x86-64); plain
+//! memcpy elsewhere. dst and src must be 16-byte aligned (ours are page
+//! aligned).
+inline void streaming_copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+#if defined(__SSE2__)
+    const std::size_t body = bytes / 64 * 64;
+    for (std::size_t i = 0; i < body; i += 64) {
+        const __m128i v0 = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i));
+        const __m128i v1 = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+        const __m128i v2 = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+        const __m128i v3 = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), v0);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), v1);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), v2);
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), v3);
+    }
+    _mm_sfence();
+    std::memcpy(dst + body, src + body, bytes - body);
+#else
+    std::memcpy(dst, src, bytes);
+#endif
+}
+
+//! `copies` back-to-back copies of `bytes`, kept by the compiler.
+inline void copy_loop(copy_kind kind, std::byte* dst, const std::byte* src, std::size_t bytes, std::size_t copies) {
+    for (std::size_t k = 0; k < copies; ++k) {
+        if (kind == copy_kind::memcpy) std::memcpy(dst, src, bytes);
+        else streaming_copy(dst, src, bytes);
+        clobber_memory();
+    }
+}
+
+//! STREAM-counted bandwidth (read + write) in GB/s of `threads` threads each
+//! copying `bytes` `copies` times in `secs`.
+inline double copy_gbps(std::size_t bytes, std::size_t copies, std::size_t threads, double secs) {
+    return 2.0 * double(bytes) * double(copies) * double(threads) / secs / 1e9;
+}
+
+// ---------------------------------------------------------------------------
+// Verifiable data
+// ---------------------------------------------------------------------------
+
+//! Inputs repeat with this period (a multiple of every modulus used below),
+//! so filling and checking are table look-ups.
+inline constexpr std::size_t period = 420;
+
+template <class T>
+using wide_t = std::conditional_t<std::is_floating_point_v<T>, double,
+                                  std::conditional_t<std::is_signed_v<T>, std::int64_t, std::uint64_t>>;
+
+//! Integer-valued inputs whose exact reduction does not depend on the order
+//! of operations, and that reference. Value of rank r at element i:
+//!   sum, min, max: 1 + (i + 3r) mod m, m = clamp(max(T) / n, 1, 7), so the
+//!        sum fits in T;
+//!   prod: 2 where (i + r) mod 3 == 0, else 1: the product is 2^k, k <= n/3 + 1
+//!        (exact in int8 up to 18 ranks; past that both sides wrap modulo 2^8);
+//!   avg: c_i + k_i and c_i - k_i on pairs of ranks (c_i alone on an odd last
+//!        rank), c_i in 3..7, k_i in 1..3: the sum is exactly n * c_i, so the
+//!        average is the integer c_i and sum-then-divide is exact.
+template <class T>
+struct data_pattern {
+    int n = 0;
+    std::vector<T> in;  //!< n rows of `period` values
+    std::vector<T> ref; //!< `period` reduced values
+    T stable{};         //!< x with op(x, x, ..., x) == x: in-place timing input
+    T sentinel{};       //!< what untouched memory holds
+
+    const T* row(int r) const { return in.data() + std::size_t(r) * period; }
+};
+
+template <class T>
+data_pattern<T> make_pattern(op_kind op, int n) {
+    data_pattern<T> p;
+    p.n = n;
+    p.in.resize(std::size_t(n) * period);
+    p.ref.resize(period);
+    p.sentinel = static_cast<T>(-3); // negative for signed, huge for unsigned: never a result
+    p.stable = static_cast<T>(op == op_kind::sum ? 0 : 1);
+
+    long long m = 7;
+    if constexpr (std::is_integral_v<T>) {
+        const auto largest = static_cast<unsigned long long>(std::numeric_limits<T>::max());
+        m = static_cast<long long>(std::clamp<unsigned long long>(largest / static_cast<unsigned long long>(n), 1, 7));
+    }
+
+    for (std::size_t i = 0; i < period; ++i) {
+        const long long ii = static_cast<long long>(i);
+        const long long c = 3 + ii % 5;
+        const long long k = 1 + ii % 3;
+        for (int r = 0; r < n; ++r) {
+            long long v = 0;
+            switch (op) {
+            case op_kind::sum:
+            case op_kind::min:
+            case op_kind::max: v = 1 + (ii + 3LL * r) % m; break;
+            case op_kind::prod: v = (ii + r) % 3 == 0 ? 2 : 1; break;
+            case op_kind::avg:
+                if (n % 2 == 1 && r == n - 1) v = c;
+                else v = r % 2 == 0 ? c + k : c - k;
+                break;
+            }
+            p.in[std::size_t(r) * period + i] = static_cast<T>(v);
+        }
+        wide_t<T> acc = static_cast<wide_t<T>>(p.in[i]);
+        T best = p.in[i];
+        for (int r = 1; r < n; ++r) {
+            const T v = p.in[std::size_t(r) * period + i];
+            switch (op) {
+            case op_kind::sum:
+            case op_kind::avg: acc = static_cast<wide_t<T>>(acc + static_cast<wide_t<T>>(v)); break;
+            case op_kind::prod: acc = static_cast<wide_t<T>>(acc * static_cast<wide_t<T>>(v)); break;
+            case op_kind::min: best = v < best ? v : best; break;
+            case op_kind::max: best = best < v ? v : best; break;
+            }
+        }
+        switch (op) {
+        case op_kind::sum:
+        case op_kind::prod: p.ref[i] = static_cast<T>(acc); break;
+        case op_kind::avg: p.ref[i] = static_cast<T>(static_cast<T>(acc) / static_cast<T>(n)); break; // sum, then divide
+        case op_kind::min:
+        case op_kind::max: p.ref[i] = best; break;
+        }
+    }
+    return p;
+}
+
+template <class T>
+constexpr const char* name_of() {
+    if constexpr (std::is_same_v<T, std::int8_t>) return "int8";
+    else if constexpr (std::is_same_v<T, std::uint8_t>) return "uint8";
+    else if constexpr (std::is_same_v<T, std::int32_t>) return "int32";
+    else if constexpr (std::is_same_v<T, std::uint32_t>) return "uint32";
+    else if constexpr (std::is_same_v<T, std::int64_t>) return "int64";
+    else if constexpr (std::is_same_v<T, std::uint64_t>) return "uint64";
+    else if constexpr (std::is_same_v<T, float>) return "float";
+    else return "double";
+}
+
+//! dst[j] = row[(first + j) % period]
+template <class T>
+void fill_from(T* dst, std::size_t count, const T* row, std::size_t first) {
+    std::size_t j = first % period;
+    for (std::size_t i = 0; i < count; ++i) {
+        dst[i] = row[j];
+        if (++j == period) j = 0;
+    }
+}
+
+template <class T>
+void fill_value(T* dst, std::size_t count, T value) {
+    std::fill(dst, dst + count, value);
+}
+
+template <class T>
+std::uint64_t count_wrong(const T* got, std::size_t count, const T* row, std::size_t first) {
+    std::uint64_t wrong = 0;
+    std::size_t j = first % period;
+    for (std::size_t i = 0; i < count; ++i) {
+        wrong += !(got[i] == row[j]);
+        if (++j == period) j = 0;
+    }
+    return wrong;
+}
+
+template <class T>
+std::uint64_t count_not(const T* got, std::size_t count, T value) {
+    std::uint64_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) wrong += !(got[i] == value);
+    return wrong;
+}
+
+// ---------------------------------------------------------------------------
+// Results
+// ---------------------------------------------------------------------------
+
+struct place_result {
+    bool valid = false;
+    double time_us = 0;
+    double algbw = 0;
+    double busbw = 0;
+    double eff = 0;
+    std::uint64_t wrong = 0;
+};
+
+struct row_result {
+    coll_kind coll{};
+    std::size_t bytes = 0;
+    std::size_t count = 0;
+    const char* type = "";
+    const char* op = "none";
+    int root = -1;
+    double cpybw = 0;
+    place_result place[2]; // [0] out-of-place, [1] in-place
+};
+
+inline std::string json_escape(std::string_view s) {
+    std::string out;
+    for (char ch : s) {
+        if (ch == '"' || ch == '\\') {
+            out += '\\';
+            out += ch;
+        } else if (static_cast<unsigned char>(ch) < 0x20) {
+            char buf[8];
+            std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(ch)));
+            out += buf;
+        } else {
+            out += ch;
+        }
+    }
+    return out;
+}
+
+inline std::string human_bytes(std::size_t b) {
+    char buf[32];
+    if (b >= (std::size_t(1) << 30) && b % (std::size_t(1) << 30) == 0) std::snprintf(buf, sizeof buf, "%zu GiB", b >> 30);
+    else if (b >= (std::size_t(1) << 20) && b % (std::size_t(1) << 20) == 0) std::snprintf(buf, sizeof buf, "%zu MiB", b >> 20);
+    else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%zu KiB", b >> 10);
+    else std::snprintf(buf, sizeof buf, "%zu B", b);
+    return buf;
+}
+
+inline std::string version_string() {
+#if defined(CHORUS_VERSION_MAJOR) && defined(CHORUS_VERSION_MINOR) && defined(CHORUS_VERSION_PATCH)
+    return cat(std::to_string(CHORUS_VERSION_MAJOR), ".", std::to_string(CHORUS_VERSION_MINOR), ".",
+               std::to_string(CHORUS_VERSION_PATCH));
+#else
+    return "unknown";
+#endif
+}
+
+//! Writes the human table (stdout, flushed per row) and the optional CSV and
+//! JSON files. Only rank 0's thread or main() call it, never concurrently.
+class reporter {
+public:
+    explicit reporter(const options& o) : opt_(o) {
+        if (!o.csv_path.empty()) {
+            csv_ = std::fopen(o.csv_path.c_str(), "w");
+            if (csv_ == nullptr) throw usage_error{cat("--csv: cannot write ", o.csv_path)};
+            std::fprintf(csv_, "collective,place,size_bytes,count,type,redop,root,ranks,algo,channels,chunk_bytes,"
+                               "iters,warmup,time_us,algbw_gbps,busbw_gbps,eff,copy_gbps,wrong\n");
+        }
+        if (!o.json_path.empty()) {
+            json_ = std::fopen(o.json_path.c_str(), "w");
+            if (json_ == nullptr) throw usage_error{cat("--json: cannot write ", o.json_path)};
+        }
+    }
+    reporter(const reporter&) = delete;
+    reporter& operator=(const reporter&) = delete;
+    ~reporter() {
+        if (csv_ != nullptr) std::fclose(csv_);
+        if (json_ != nullptr) {
+            std::fprintf(json_, "\n  ],\n  \"wrong_total\": %" PRIu64 "\n}\n", wrong_total_);
+            std::fclose(json_);
+        }
+    }
+
+    void preamble(std::size_t copy_bytes, double memcpy_gbps, double streaming_gbps) {
+        const int n = opt_.ranks;
+        const unsigned hw = std::thread::hardware_concurrency();
+        std::printf("# %s\n", opt_.command_line.c_str());
+        std::printf("# chorus %s, threads backend: %d ranks as threads on %u hardware threads%s\n",
+                    version_string().c_str(), n, hw, hw != 0 && unsigned(n) > hw ? " (oversubscribed)" : "");
+        std::printf("# algo %s<{.channels = %d, .chunk_bytes = %zu}>, iters %d, warmup %d, check %d, root %d\n",
+                    opt_.algo.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? 1 : 0,
+                    opt_.root);
+        std::printf("# buffers: 2 x %s per rank, page aligned, pre-faulted\n", human_bytes(opt_.max_bytes).c_str());
+        std::printf("# memcpy (%d threads, %s): %.1f GB/s (read+write); streaming-store copy: %.1f GB/s\n", n,
+                    human_bytes(copy_bytes).c_str(), memcpy_gbps, streaming_gbps);
+        std::printf("#\n"
+                    "# S = size(B). algbw = S / time. busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md):\n"
+                    "#   all_reduce S = count * sizeof(T), factor 2(n-1)/n; all_gather and reduce_scatter\n"
+                    "#   S = n * count * sizeof(T) (count is per rank), factor (n-1)/n; broadcast, reduce factor 1.\n"
+                    "# cpybw = copy bandwidth, S bytes per thread, the %d rank threads right after the row's timing,\n"
+                    "#   read+write, best of several and of memcpy and streaming (non-temporal) stores\n"
+                    "#   (the line above: the same before the sweep).\n"
+                    "# eff = least memory traffic / time / cpybw, where the least traffic of a shared-memory\n"
+                    "#   collective (every input read once, every output written once) is\n"
+                    "#   all_reduce 2nS, all_gather S + nS, reduce_scatter nS + S, broadcast S + (n-1)S, reduce nS + S.\n"
+                    "#   It is a bound once the data exceed the caches; for cache-resident sizes the copy and the\n"
+                    "#   collective touch different working sets, and eff can exceed 1.\n"
+                    "# time = (latest end - earliest start, over ranks) / %d back-to-back calls, after %d warm-up calls.\n"
+                    "# #wrong: elements differing from a serial reference (tolerance 0), plus writes past the output\n"
+                    "#   and changes to an out-of-place input.\n",
+                    n, opt_.iters, opt_.warmup);
+        std::fflush(stdout);
+
+        if (json_ != nullptr) {
+            std::fprintf(json_,
+                         "{\n  \"command\": \"%s\",\n  \"version\": \"%s\",\n  \"backend\": \"threads\",\n"
+                         "  \"ranks\": %d,\n  \"hardware_threads\": %u,\n  \"algo\": \"%s\",\n  \"channels\": %d,\n"
+                         "  \"chunk_bytes\": %zu,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
+                         "  \"root\": %d,\n  \"copy_bytes\": %zu,\n  \"memcpy_gbps\": %.4f,\n  \"streaming_copy_gbps\": %.4f,\n"
+                         "  \"rows\": [",
+                         json_escape(opt_.command_line).c_str(), version_string().c_str(), n, hw, opt_.algo.c_str(),
+                         opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? "true" : "false",
+                         opt_.root, copy_bytes, memcpy_gbps, streaming_gbps);
+        }
+    }
+
+    void table_header(coll_kind c) {
+        busbw_sum_ = 0;
+        busbw_count_ = 0;
+        table_wrong_ = 0;
+        std::printf("#\n# %s\n", coll_name(c));
+        // Group labels centred over their 44-character column groups (after a 47-character prefix).
+        std::string groups(47, ' ');
+        groups[0] = '#';
+        for (int p = 0; p < 2; ++p) {
+            if (!enabled(p)) continue;
+            const std::string_view label = p == 0 ? "out-of-place" : "in-place";
+            const std::size_t left = (44 - label.size()) / 2;
+            groups.append(left, ' ');
+            groups.append(label);
+            groups.append(44 - left - label.size(), ' ');
+        }
+        std::printf("%s\n", groups.substr(0, groups.find_last_not_of(' ') + 1).c_str());
+        std::printf("#%14s %10s %7s %6s %5s", "size", "count", "type", "redop", "root");
+        for (int p = 0; p < 2; ++p)
+            if (enabled(p)) std::printf(" %10s %8s %8s %6s %7s", "time", "algbw", "busbw", "eff", "#wrong");
+        std::printf(" %8s\n", "cpybw");
+        std::printf("#%14s %10s %7s %6s %5s", "(B)", "(elements)", "", "", "");
+        for (int p = 0; p < 2; ++p)
+            if (enabled(p)) std::printf(" %10s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
+        std::printf(" %8s\n", "(GB/s)");
+        std::fflush(stdout);
+    }
+
+    void row(const row_result& r) {
+        std::printf(" %14zu %10zu %7s %6s %5d", r.bytes, r.count, r.type, r.op, r.root);
+        for (int p = 0; p < 2; ++p) {
+            if (!enabled(p)) continue;
+            const place_result& pr = r.place[p];
+            if (!pr.valid) {
+                std::printf(" %10s %8s %8s %6s %7s", "n/a", "n/a", "n/a", "n/a", "n/a");
+                continue;
+            }
+            std::printf(" %10.2f %8.3f %8.3f %6.3f %7" PRIu64, pr.time_us, pr.algbw, pr.busbw, pr.eff, pr.wrong);
+            busbw_sum_ += pr.busbw;
+            ++busbw_count_;
+            table_wrong_ += pr.wrong;
+            wrong_total_ += pr.wrong;
+            write_files(r, p);
+        }
+        std::printf(" %8.2f\n", r.cpybw);
+        std::fflush(stdout);
+    }
+
+    void table_footer() {
+        std::printf("# Out of bounds / wrong values : %" PRIu64 " %s\n", table_wrong_, table_wrong_ == 0 ? "OK" : "FAILED");
+        std::printf("# Avg bus bandwidth            : %.3f GB/s\n",
+                    busbw_count_ ? busbw_sum_ / double(busbw_count_) : 0.0);
+        std::fflush(stdout);
+    }
+
+    std::uint64_t wrong_total() const { return wrong_total_; }
+
+private:
+    bool enabled(int p) const { return p == 0 ? opt_.out_of_place : opt_.in_place; }
+
+    void write_files(const row_result& r, int p) {
+        const place_result& pr = r.place[p];
+        const char* place = p == 0 ? "out" : "in";
+        if (csv_ != nullptr) {
+            std::fprintf(csv_, "%s,%s,%zu,%zu,%s,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%" PRIu64 "\n",
+                         coll_name(r.coll), place, r.bytes, r.count, r.type, r.op, r.root, opt_.ranks,
+                         opt_.algo.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, pr.time_us,
+                         pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong);
+            std::fflush(csv_);
+        }
+        if (json_ != nullptr) {
+            std::fprintf(json_,
+                         "%s\n    {\"collective\": \"%s\", \"place\": \"%s\", \"size_bytes\": %zu, \"count\": %zu, "
+                         "\"type\": \"%s\", \"redop\": \"%s\", \"root\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.6f, "
+                         "\"busbw_gbps\": %.6f, \"eff\": %.6f, \"copy_gbps\": %.4f, \"wrong\": %" PRIu64 "}",
+                         json_rows_ ? "," : "", coll_name(r.coll), place, r.bytes, r.count, r.type, r.op, r.root,
+                         pr.time_us, pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong);
+            ++json_rows_;
+            std::fflush(json_);
+        }
+    }
+
+    const options& opt_;
+    std::FILE* csv_ = nullptr;
+    std::FILE* json_ = nullptr;
+    std::size_t json_rows_ = 0;
+    double busbw_sum_ = 0;
+    std::size_t busbw_count_ = 0;
+    std::uint64_t table_wrong_ = 0;
+    std::uint64_t wrong_total_ = 0;
+};
+
+// ---------------------------------------------------------------------------
+// The measured rank program
+// ---------------------------------------------------------------------------
+
+//! State shared by the rank threads of one run_threads() call. Ranks write
+//! only their own slot of the per-rank vectors, and rank 0 reads them after a
+//! barrier.
+struct bench_state {
+    bench_state(const options& o, std::vector<rank_buffers>& b, const std::vector<std::size_t>& s, reporter& r)
+        : opt(o), bufs(b), sizes(s), rep(r), rank_times(b.size()), rank_wrong(b.size()),
+          copy_sync(static_cast<std::ptrdiff_t>(b.size())),
+          copy_times(std::size_t(o.quick ? 3 : 5), span_times(b.size())) {}
+
+    const options& opt;
+    std::vector<rank_buffers>& bufs;
+    const std::vector<std::size_t>& sizes;
+    reporter& rep;
+    span_times rank_times; //!< of the timed loop, per rank
+    std::vector<std::uint64_t> rank_wrong;
+    //! The per-row copy ceiling is synchronised with a std::barrier, not
+    //! with chorus, so it measures nothing of the library.
+    std::barrier<> copy_sync;
+    std::vector<span_times> copy_times; //!< one per repetition
+};
+
+//! The copy ceiling for one row, measured by the rank threads right after
+//! the row's collective (same threads, same moment, same S per thread): each
+//! rank copies its own A to its own B, with memcpy and with streaming
+//! stores. Every rank calls it; rank 0 gets the best GB/s, the others 0.
+inline double measure_row_copy(bench_state& st, int rank, std::size_t bytes) {
+    const rank_buffers& rb = st.bufs[std::size_t(rank)];
+    const std::size_t copies = copies_per_rep(bytes);
+    double best = 0;
+    for (const copy_kind kind : {copy_kind::memcpy, copy_kind::streaming}) {
+        for (span_times& t : st.copy_times) {
+            st.copy_sync.arrive_and_wait();
+            t.start[std::size_t(rank)] = clock_type::now();
+            copy_loop(kind, rb.b.get(), rb.a.get(), bytes, copies);
+            t.end[std::size_t(rank)] = clock_type::now();
+        }
+        st.copy_sync.arrive_and_wait();
+        if (rank == 0)
+            for (const span_times& t : st.copy_times)
+                best = std::max(best, copy_gbps(bytes, copies, st.bufs.size(), t.seconds()));
+        st.copy_sync.arrive_and_wait(); // copy_times are free again
+    }
+    return best;
+}
+
+//! One call of collective `c`. in/out are this rank's operands; `inplace`
+//! selects the one-buffer overload of all_reduce.
+template <class Algo, class T, class Op>
+void call_collective(coll_kind c, comm_type& comm, std::span<const T> in, std::span<T> out, bool inplace, int root) {
+    switch (c) {
+    case coll_kind::all_reduce:
+        if (inplace) chorus::all_reduce<Algo>(comm, out, Op{});
+        else chorus::all_reduce<Algo>(comm, in, out, Op{});
+        break;
+    case coll_kind::all_gather: chorus::all_gather<Algo>(comm, in, out); break;
+    case coll_kind::reduce_scatter: chorus::reduce_scatter<Algo>(comm, in, out, Op{}); break;
+    case coll_kind::broadcast: chorus::broadcast<Algo>(comm, out, root); break;
+    case coll_kind::reduce: chorus::reduce<Algo>(comm, in, out, Op{}, root); break;
+    }
+}
+
+//! Where one rank's operands live for a collective of per-call count `count`.
+//! A and B are the rank's two buffers (see rank_buffers).
+template <class T>
+struct operands {
+    T* in_ptr = nullptr;
+    std::size_t in_count = 0;
+    T* out_ptr = nullptr;
+    std::size_t out_count = 0;
+    //! The whole region the call may touch, and where the guard starts after it.
+    T* region = nullptr;
+    std::size_t region_count = 0;
+};
+
+template <class T>
+operands<T> layout(coll_kind c, bool inplace, int rank, int n, int root, std::size_t count, T* a, T* b) {
+    operands<T> o;
+    const std::size_t nc = std::size_t(n) * count;
+    const std::size_t rc = std::size_t(rank) * count;
+    switch (c) {
+    case coll_kind::all_reduce:
+        o = inplace ? operands<T>{a, count, a, count, a, count} : operands<T>{a, count, b, count, b, count};
+        break;
+    case coll_kind::all_gather: // count per rank
+        o = inplace ? operands<T>{b + rc, count, b, nc, b, nc} : operands<T>{a, count, b, nc, b, nc};
+        break;
+    case coll_kind::reduce_scatter: // count per rank
+        o = inplace ? operands<T>{a, nc, a + rc, count, a, nc} : operands<T>{a, nc, b, count, b, count};
+        break;
+    case coll_kind::broadcast: o = operands<T>{a, count, a, count, a, count}; break;
+    case coll_kind::reduce:
+        if (inplace) o = operands<T>{a, count, a, count, a, count};
+        else o = operands<T>{a, count, b, rank == root ? count : 0, b, count};
+        break;
+    }
+    return o;
+}
+
+//! Fills this rank's operands with the verifiable pattern, everything else it
+//! may touch (and the guard) with the sentinel.
+template <class T>
+void fill_for_check(coll_kind c, int rank, int root, std::size_t count, const operands<T>& o,
+                    const data_pattern<T>& pat) {
+    fill_value(o.region, o.region_count + guard_elems, pat.sentinel);
+    switch (c) {
+    case coll_kind::broadcast:
+        if (rank == root) fill_from(o.in_ptr, count, pat.row(rank), 0);
+        break;
+    default: fill_from(o.in_ptr, o.in_count, pat.row(rank), 0); break;
+    }
+}
+
+//! Wrong elements in this rank's result, guard and (out-of-place) input.
+template <class T>
+std::uint64_t verify(coll_kind c, bool inplace, int rank, int n, int root, std::size_t count, const operands<T>& o,
+                     const data_pattern<T>& pat) {
+    std::uint64_t wrong = count_not(o.region + o.region_count, guard_elems, pat.sentinel);
+    switch (c) {
+    case coll_kind::all_reduce: wrong += count_wrong(o.out_ptr, count, pat.ref.data(), 0); break;
+    case coll_kind::all_gather:
+        for (int q = 0; q < n; ++q) wrong += count_wrong(o.out_ptr + std::size_t(q) * count, count, pat.row(q), 0);
+        break;
+    case coll_kind::reduce_scatter:
+        wrong += count_wrong(o.out_ptr, count, pat.ref.data(), std::size_t(rank) * count);
+        break;
+    case coll_kind::broadcast: wrong += count_wrong(o.out_ptr, count, pat.row(root), 0); break;
+    case coll_kind::reduce:
+        if (rank == root) wrong += count_wrong(o.out_ptr, count, pat.ref.data(), 0);
+        else if (inplace) wrong += count_wrong(o.in_ptr, count, pat.row(rank), 0); // non-root: buffer untouched
+        else wrong += count_not(o.region, o.region_count, pat.sentinel);          // non-root: B untouched
+        break;
+    }
+    if (!inplace) wrong += count_wrong(o.in_ptr, o.in_count, pat.row(rank), 0); // input never modified
+    return wrong;
+}
+
+//! All sizes of one collective, one type, one operator, on this rank.
+template <class Algo, class T, class Op>
+void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
+    const options& opt = st.opt;
+    const int n = comm.size();
+    const int rank = comm.rank();
+    const int root = coll_uses_root(c) ? opt.root : -1;
+    const data_pattern<T> pat = make_pattern<T>(op, n);
+    T* const a = reinterpret_cast<T*>(st.bufs[std::size_t(rank)].a.get());
+    T* const b = reinterpret_cast<T*>(st.bufs[std::size_t(rank)].b.get());
+
+    for (const std::size_t nominal : st.sizes) {
+        const std::size_t elems = nominal / sizeof(T);
+        const std::size_t count = coll_count_per_rank(c) ? elems / std::size_t(n) : elems;
+        if (count == 0) continue; // identical on every rank
+        const std::size_t bytes = (coll_count_per_rank(c) ? count * std::size_t(n) : count) * sizeof(T);
+
+        row_result row;
+        row.coll = c;
+        row.bytes = bytes;
+        row.count = count;
+        row.type = name_of<T>();
+        row.op = coll_uses_op(c) ? op_name(op) : "none";
+        row.root = root;
+
+        for (int place = 0; place < 2; ++place) {
+            const bool inplace = place == 1;
+            if (inplace ? !opt.in_place : !opt.out_of_place) continue;
+            if (!inplace && !coll_has_out_of_place(c)) continue;
+            const operands<T> o = layout(c, inplace, rank, n, root, count, a, b);
+            const std::span<const T> in(o.in_ptr, o.in_count);
+            const std::span<T> out(o.out_ptr, o.out_count);
+
+            // Timing. Out-of-place inputs never change; in-place data is a fixed point of the operator.
+            if (inplace) fill_value(o.region, o.region_count, pat.stable);
+            else fill_from(o.in_ptr, o.in_count, pat.row(rank), 0);
+            for (int i = 0; i < opt.warmup; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
+            chorus::barrier(comm);
+            st.rank_times.start[std::size_t(rank)] = clock_type::now();
+            for (int i = 0; i < opt.iters; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
+            st.rank_times.end[std::size_t(rank)] = clock_type::now();
+
+            // Check: one more call on fresh verifiable data.
+            std::uint64_t wrong = 0;
+            if (opt.check) {
+                chorus::barrier(comm); // nobody refills while a peer could still be in the timed loop
+                fill_for_check(c, rank, root, count, o, pat);
+                call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
+                wrong = verify(c, inplace, rank, n, root, count, o, pat);
+            }
+            st.rank_wrong[std::size_t(rank)] = wrong;
+            chorus::barrier(comm);
+
+            if (rank == 0) {
+                place_result& pr = row.place[place];
+                pr.valid = true;
+                pr.time_us = st.rank_times.seconds() * 1e6 / opt.iters;
+                for (std::uint64_t w : st.rank_wrong) pr.wrong += w;
+                const double secs = pr.time_us * 1e-6;
+                pr.algbw = double(bytes) / secs / 1e9;
+                pr.busbw = pr.algbw * bus_factor(c, n);
+            }
+            // The next write to rank_times/rank_wrong follows at least one more barrier that rank 0 enters
+            // only after reading them.
+        }
+        row.cpybw = measure_row_copy(st, rank, bytes);
+        if (rank == 0) {
+            for (place_result& pr : row.place)
+                if (pr.valid && row.cpybw > 0)
+                    pr.eff = least_traffic_bytes(c, n, double(bytes)) / (pr.time_us * 1e-6) / (row.cpybw * 1e9);
+            st.rep.row(row);
+        }
+    }
+}
+
+//! Every size of collective `c` for element type T and each requested
+//! operator among Ops, on freshly started ranks.
+template <class Algo, class T, class... Ops>
+void run_sweep(bench_state& st, coll_kind c) {
+    chorus::run_threads(st.opt.ranks, [&](comm_type& comm) {
+        if (coll_uses_op(c)) {
+            for (op_kind op : st.opt.ops)
+                ((op == op_kind_of<Ops>() ? bench_rows<Algo, T, Ops>(comm, st, c, op) : void()), ...);
+        } else {
+            bench_rows<Algo, T, chorus::sum>(comm, st, c, op_kind::sum);
+        }
+    });
+}
+
+//! bench_ring.cpp: the default ring<>, every type, every operator.
+void run_ring_default(bench_state& st, coll_kind c, type_kind t);
+//! bench_ring_grid.cpp: the other ring_grid entries, float and sum only.
+//! False when (channels, chunk_bytes) is not compiled in.
+bool run_ring_grid(bench_state& st, coll_kind c, int channels, std::size_t chunk_bytes);
+
+} // namespace chorus_bench
