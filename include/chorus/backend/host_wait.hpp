@@ -76,10 +76,14 @@ inline void nudge_flag(host_flag& f) {
     futex_wake_all(f.epoch);
 }
 
-//! How long to spin and yield before blocking.
+//! How long to spin and yield before blocking. Spinning is bounded by
+//! time, not by a count (a pause instruction costs 5-150 cycles depending
+//! on the CPU), and must outlast a futex wake-up (tens of microseconds on
+//! a virtual machine): otherwise two ranks that wait on each other block
+//! and wake alternately, and every hand-off pays a wake-up.
 struct backoff_policy {
-    int spins = 2000;  //!< polls with a pause instruction
-    int yields = 64;   //!< polls with a yield
+    std::chrono::microseconds spin{200};   //!< poll with a pause instruction
+    std::chrono::microseconds yield{1000}; //!< then poll with sched_yield (lets other ranks run)
     std::chrono::milliseconds block_slice{20}; //!< longest single block before re-checking abort/deadline
 };
 
@@ -89,18 +93,24 @@ struct backoff_policy {
 inline status wait_flag(host_flag& f, std::uint64_t target, const std::atomic<bool>& abort_flag,
                         const std::atomic<bool>& owner_gone, std::chrono::steady_clock::time_point deadline,
                         const backoff_policy& bp) {
+    using clock = std::chrono::steady_clock;
     auto gone = [&] {
         return owner_gone.load(std::memory_order_seq_cst) && f.value.load(std::memory_order_seq_cst) < target;
     };
-    using clock = std::chrono::steady_clock;
-    for (int i = 0; i < bp.spins; ++i) {
+    if (f.value.load(std::memory_order_acquire) >= target) return status::ok;
+    const auto start = clock::now();
+    for (unsigned i = 1;; ++i) {
         if (f.value.load(std::memory_order_acquire) >= target) return status::ok;
         cpu_relax();
+        if (i % 64 == 0 && clock::now() - start >= bp.spin) break;
     }
-    for (int i = 0; i < bp.yields; ++i) {
+    for (;;) {
         if (f.value.load(std::memory_order_acquire) >= target) return status::ok;
         if (abort_flag.load(std::memory_order_relaxed)) return status::aborted;
         if (gone()) return status::peer_exited;
+        const auto now = clock::now();
+        if (now - start >= bp.spin + bp.yield) break;
+        if (now >= deadline) return status::timeout;
         std::this_thread::yield();
     }
     for (;;) {

@@ -17,6 +17,10 @@
 #include <thread>
 #include <vector>
 
+#if defined(__unix__)
+#  include <unistd.h>
+#endif
+
 #include "../algo/ring.hpp"
 #include "../async/future.hpp"
 #include "../async/host_stream.hpp"
@@ -73,12 +77,21 @@ public:
           gone_(new std::atomic<bool>[static_cast<std::size_t>(n)]) {
         for (int r = 0; r < n; ++r) gone_[static_cast<std::size_t>(r)].store(false);
         const unsigned hw = std::thread::hardware_concurrency();
-        // More ranks than cores: spinning only steals the core from the rank being waited for.
-        if (hw != 0 && static_cast<unsigned>(n) > hw) backoff_.spins = 50;
+        // More ranks than cores: spinning only steals the core from the rank
+        // being waited for; yielding hands it over.
+        if (hw != 0 && static_cast<unsigned>(n) > hw) backoff_.spin = std::chrono::microseconds(2);
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+        // sysconf reports the whole package's L3; a core sees only its own
+        // complex's slice (typically 16-32 MiB), so cap it there.
+        if (const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0 && static_cast<std::uint64_t>(l3) < llc_bytes_)
+            llc_bytes_ = static_cast<std::uint64_t>(l3);
+#endif
     }
     int size() const noexcept { return size_; }
     rank_slot& slot(int r) { return slots_[static_cast<std::size_t>(r)]; }
     const backoff_policy& backoff() const noexcept { return backoff_; }
+    //! Last-level cache size: working sets beyond it are streamed past the cache.
+    std::uint64_t llc_bytes() const noexcept { return llc_bytes_; }
     const std::atomic<bool>& abort_flag() const noexcept { return aborted_; }
     bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
     const std::atomic<bool>& gone(int r) const noexcept { return gone_[static_cast<std::size_t>(r)]; }
@@ -122,6 +135,7 @@ private:
     std::string reason_;
     errc code_ = errc::aborted;
     backoff_policy backoff_{};
+    std::uint64_t llc_bytes_ = std::uint64_t(32) << 20;
 };
 
 //! Scratch memory a rank registers: grown on demand (never per call once
@@ -333,9 +347,11 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     mine.root = root;
     mine.channels = P.channels;
 
-    // Large transfers stream past the cache (they do not fit anyway).
+    // Stream stores past the cache when the ranks' buffers together
+    // cannot stay in the last-level cache anyway.
     const std::uint64_t bytes = (coll == collective::all_gather ? count * std::uint64_t(n) : count) * sizeof(T);
-    env<T, Op> e{w, *this, mine, seq, op, bytes >= (std::uint64_t(8) << 20), std::chrono::steady_clock::now() + timeout_,
+    const std::uint64_t working_set = bytes * std::uint64_t(n) * (in == out ? 1 : 2);
+    env<T, Op> e{w, *this, mine, seq, op, working_set > w.llc_bytes(), std::chrono::steady_clock::now() + timeout_,
                  plan.units(), -1, 0, 0, {}};
     for (int c = 0; c < P.channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish
 

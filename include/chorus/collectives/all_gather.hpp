@@ -3,6 +3,7 @@
 //! AllGather: block r of every rank's `out` is rank r's `in`.
 //! out.size() == size() * in.size(); in-place when in.data() == out.data() + rank() * in.size().
 
+#include <cstddef>
 #include <span>
 #include <type_traits>
 
@@ -38,14 +39,14 @@ future all_gather_impl(communicator<B>& comm, std::span<const T> in, std::span<T
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T>
-void all_gather(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out) {
-    detail::all_gather_impl<Algo>(comm, in, out, false);
+template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+void all_gather(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out) {
+    detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), false);
 }
-template <class Algo = ring<>, class B, class T>
+template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
 [[nodiscard]] future all_gather_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
-                                      std::span<T> out) {
-    return detail::all_gather_impl<Algo>(comm, in, out, true);
+                                      std::span<T, E> out) {
+    return detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), true);
 }
 
 } // namespace chorus

@@ -2,6 +2,7 @@
 //! \file collectives/broadcast.hpp
 //! Broadcast: every rank's `buf` becomes the root's `buf`.
 
+#include <cstddef>
 #include <span>
 
 #include "../algo/ring.hpp"
@@ -28,13 +29,13 @@ future broadcast_impl(communicator<B>& comm, std::span<T> buf, int root, bool as
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T>
-void broadcast(communicator<B>& comm, std::span<T> buf, int root) {
-    detail::broadcast_impl<Algo>(comm, buf, root, false);
+template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+void broadcast(communicator<B>& comm, std::span<T, E> buf, int root) {
+    detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, false);
 }
-template <class Algo = ring<>, class B, class T>
-[[nodiscard]] future broadcast_async(communicator<B>& comm, std::span<T> buf, int root) {
-    return detail::broadcast_impl<Algo>(comm, buf, root, true);
+template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+[[nodiscard]] future broadcast_async(communicator<B>& comm, std::span<T, E> buf, int root) {
+    return detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, true);
 }
 
 } // namespace chorus

@@ -4,6 +4,7 @@
 //! on the root (where out.size() == in.size(); in-place when equal); other
 //! ranks may pass an empty span.
 
+#include <cstddef>
 #include <span>
 #include <type_traits>
 
@@ -42,16 +43,16 @@ future reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T> ou
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T, class Op>
+template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op>
     requires detail::op_like<Op>
-void reduce(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op, int root) {
-    detail::reduce_impl<Algo>(comm, in, out, op, root, false);
+void reduce(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op, int root) {
+    detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, false);
 }
-template <class Algo = ring<>, class B, class T, class Op>
+template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op>
     requires detail::op_like<Op>
-[[nodiscard]] future reduce_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out,
+[[nodiscard]] future reduce_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
                                   Op op, int root) {
-    return detail::reduce_impl<Algo>(comm, in, out, op, root, true);
+    return detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, true);
 }
 
 } // namespace chorus

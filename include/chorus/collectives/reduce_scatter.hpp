@@ -3,6 +3,7 @@
 //! ReduceScatter: rank r's `out` is op over all ranks' block r of `in`.
 //! in.size() == size() * out.size(); in-place when out.data() == in.data() + rank() * out.size().
 
+#include <cstddef>
 #include <span>
 #include <type_traits>
 
@@ -39,16 +40,16 @@ future reduce_scatter_impl(communicator<B>& comm, std::span<const T> in, std::sp
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T, class Op = sum>
+template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
-void reduce_scatter(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T> out, Op op = {}) {
-    detail::reduce_scatter_impl<Algo>(comm, in, out, op, false);
+void reduce_scatter(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op = {}) {
+    detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, false);
 }
-template <class Algo = ring<>, class B, class T, class Op = sum>
+template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future reduce_scatter_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
-                                          std::span<T> out, Op op = {}) {
-    return detail::reduce_scatter_impl<Algo>(comm, in, out, op, true);
+                                          std::span<T, E> out, Op op = {}) {
+    return detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, true);
 }
 
 } // namespace chorus
