@@ -41,8 +41,11 @@ class communicator;
 
 namespace detail {
 
-//! What a rank registers for one collective; peers read it after acquiring
-//! the rank's flag for that sequence number.
+//! What a rank registers for one collective. The buffer pointers are
+//! read only by peers that read or write those buffers, which cannot have
+//! moved past the collective yet; the signature is read by every peer a
+//! rank waits on (possibly while it already moves on), so it lives in
+//! atomics under a sequence lock (see sig_slot).
 struct descriptor {
     std::uint64_t seq = 0;
     const void* in = nullptr;
@@ -53,10 +56,76 @@ struct descriptor {
     collective coll = collective::barrier;
     int root = 0;
     int channels = 0;
+    std::uint64_t type_id = 0; //!< hash of the element type's name
+    std::uint64_t op_id = 0;   //!< hash of the operator type's name
+    const char* type_name = "";
+    const char* op_name = "";
+
+    bool same_call(const descriptor& o) const {
+        return seq == o.seq && coll == o.coll && count == o.count && elem_bytes == o.elem_bytes && root == o.root &&
+               channels == o.channels && type_id == o.type_id && op_id == o.op_id;
+    }
 };
+
+//! The comparable part of a descriptor, published under a sequence lock so
+//! that a peer may read it while the owner already rewrites it for a later
+//! collective: the reader sees either a consistent copy or "moved on".
+struct sig_slot {
+    std::atomic<std::uint64_t> seq{0}; //!< 0 while being written
+    std::atomic<std::uint64_t> count{0}, elem_bytes{0}, type_id{0}, op_id{0}, shape{0};
+    std::atomic<const char*> type_name{""}, op_name{""};
+
+    void store(const descriptor& d) {
+        seq.store(0);
+        count.store(d.count);
+        elem_bytes.store(d.elem_bytes);
+        type_id.store(d.type_id);
+        op_id.store(d.op_id);
+        shape.store(std::uint64_t(d.coll) | std::uint64_t(std::uint32_t(d.channels)) << 8 |
+                    std::uint64_t(std::uint32_t(d.root)) << 32);
+        type_name.store(d.type_name);
+        op_name.store(d.op_name);
+        seq.store(d.seq);
+    }
+    //! False when the owner is not (or no longer) at collective `want`.
+    bool load(std::uint64_t want, descriptor& d) const {
+        if (seq.load() != want) return false;
+        d.count = count.load();
+        d.elem_bytes = elem_bytes.load();
+        d.type_id = type_id.load();
+        d.op_id = op_id.load();
+        const std::uint64_t sh = shape.load();
+        d.coll = static_cast<collective>(sh & 0xff);
+        d.channels = static_cast<int>((sh >> 8) & 0xffffff);
+        d.root = static_cast<int>(static_cast<std::uint32_t>(sh >> 32));
+        d.type_name = type_name.load();
+        d.op_name = op_name.load();
+        d.seq = want;
+        return seq.load() == want;
+    }
+};
+
+//! A stable per-program identifier of a type (FNV-1a of its spelled name),
+//! so ranks can tell float from int32 and sum from a user operator.
+template <class X>
+constexpr std::uint64_t type_hash() {
+#if defined(__GNUC__) || defined(__clang__)
+    const char* s = __PRETTY_FUNCTION__;
+#else
+    const char* s = __FUNCSIG__;
+#endif
+    std::uint64_t h = 1469598103934665603ull;
+    for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
+    return h;
+}
 
 struct alignas(64) rank_slot {
     descriptor desc[2];            //!< indexed by seq & 1
+    sig_slot sig[2];               //!< the same, comparable part, indexed by seq & 1
+    //! Sequence number of the collective this rank is executing (0: none):
+    //! a failing rank waits until no peer is inside its collective before
+    //! handing its buffers back to the caller.
+    alignas(64) std::atomic<std::uint64_t> busy_seq{0};
     host_flag flags[max_channels]; //!< one per channel
 };
 
@@ -182,7 +251,8 @@ class communicator<threads> {
 public:
     communicator(std::shared_ptr<detail::threads_world> world, int rank)
         : world_(std::move(world)), rank_(rank), timeout_(detail::default_timeout()),
-          peer_desc_(static_cast<std::size_t>(world_->size())) {}
+          peer_desc_(static_cast<std::size_t>(world_->size())),
+          peer_checked_(static_cast<std::size_t>(world_->size()), 0) {}
     communicator(const communicator&) = delete;
     communicator& operator=(const communicator&) = delete;
     ~communicator() { stream_.drain(); }
@@ -234,6 +304,7 @@ private:
     std::chrono::milliseconds timeout_;
     detail::scratch_buffer scratch_;
     std::vector<detail::descriptor> peer_desc_; //!< peers' descriptors, cached per collective
+    std::vector<std::uint64_t> peer_checked_;   //!< seq for which each peer's signature was checked
     detail::host_stream stream_;
 };
 
@@ -255,9 +326,21 @@ struct communicator<threads>::env {
     std::string mismatch;
 
     detail::status wait(int peer, int c, std::uint64_t u) {
-        const std::uint64_t target = (seq << 32) | u;
-        const detail::status st =
-            detail::wait_flag(w.slot(peer).flags[c], target, w.abort_flag(), w.gone(peer), deadline, w.backoff());
+        // Stop at the next unit once the communicator is aborted, even where
+        // the data this unit needs is already there.
+        if (w.aborted()) return detail::status::aborted;
+        detail::host_flag& f = w.slot(peer).flags[c];
+        detail::status st = detail::status::ok;
+        // First contact with this peer in this collective: as soon as it has
+        // registered, check that it called the same collective (before
+        // reading its buffers, and before waiting on progress that a
+        // disagreeing peer may never make).
+        if (self.peer_checked_[static_cast<std::size_t>(peer)] != seq) {
+            st = detail::wait_flag(f, seq << 32, w.abort_flag(), w.gone(peer), deadline, w.backoff());
+            if (st == detail::status::ok && !check_peer(peer)) st = detail::status::mismatch;
+        }
+        if (st == detail::status::ok)
+            st = detail::wait_flag(f, (seq << 32) | u, w.abort_flag(), w.gone(peer), deadline, w.backoff());
         if (st != detail::status::ok) {
             bad_peer = peer;
             bad_channel = c;
@@ -271,14 +354,28 @@ struct communicator<threads>::env {
         detail::post_flag(w.slot(self.rank_).flags[c], (seq << 32) | u);
     }
 
-    //! The peer's descriptor for this collective, checked against ours.
-    const detail::descriptor* peer(int r) {
+    //! Compares the peer's signature for this collective with ours. A peer
+    //! that has already moved past it cannot be checked any more (some rank
+    //! it waited for did), and is not needed: false only on a disagreement.
+    bool check_peer(int r) {
+        self.peer_checked_[static_cast<std::size_t>(r)] = seq;
+        detail::descriptor d{};
+        if (!w.slot(r).sig[seq & 1].load(seq, d)) return true;
+        if (d.same_call(mine)) return true;
+        mismatch = describe(r, d);
+        return false;
+    }
+
+    //! The peer's buffers for this collective. Only peers whose buffers this
+    //! rank reads or writes get here, and those cannot move past the
+    //! collective before this rank is done with them.
+    const detail::descriptor* peer_desc(int r) {
         detail::descriptor& d = self.peer_desc_[static_cast<std::size_t>(r)];
         if (d.seq != seq) {
+            if (self.peer_checked_[static_cast<std::size_t>(r)] != seq && !check_peer(r)) return nullptr;
             d = w.slot(r).desc[seq & 1];
-            if (d.seq != seq || d.coll != mine.coll || d.count != mine.count || d.elem_bytes != mine.elem_bytes ||
-                d.root != mine.root || d.channels != mine.channels) {
-                mismatch = describe(r, d);
+            if (d.seq != seq) {
+                mismatch = "rank " + std::to_string(r) + " is at a different collective";
                 d.seq = 0;
                 return nullptr;
             }
@@ -289,15 +386,16 @@ struct communicator<threads>::env {
     std::string describe(int r, const detail::descriptor& d) const {
         auto one = [](int rank, const detail::descriptor& x) {
             return "rank " + std::to_string(rank) + " called " + collective_name(x.coll) + " with count " +
-                   std::to_string(x.count) + " of " + std::to_string(x.elem_bytes) + "-byte elements, root " +
-                   std::to_string(x.root) + ", " + std::to_string(x.channels) + " channel(s)";
+                   std::to_string(x.count) + " of " + x.type_name + " (" + std::to_string(x.elem_bytes) +
+                   "-byte elements), operator " + x.op_name + ", root " + std::to_string(x.root) + ", " +
+                   std::to_string(x.channels) + " channel(s)";
         };
         if (d.seq != seq) return "rank " + std::to_string(r) + " is at a different collective (sequence numbers differ)";
         return one(self.rank_, mine) + " but " + one(r, d);
     }
 
     T* base(const operand& o) {
-        const detail::descriptor* d = o.rank == self.rank_ ? &mine : peer(o.rank);
+        const detail::descriptor* d = o.rank == self.rank_ ? &mine : peer_desc(o.rank);
         if (d == nullptr) return nullptr;
         switch (o.loc) {
         case where::in: return const_cast<T*>(static_cast<const T*>(d->in)) + o.offset;
@@ -346,6 +444,11 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     mine.coll = coll;
     mine.root = root;
     mine.channels = P.channels;
+    mine.type_id = detail::type_hash<T>();
+    mine.op_id = detail::type_hash<Op>();
+    mine.type_name = element_traits<T>::name();
+    mine.op_name = op_traits<Op>::name();
+    w.slot(rank_).sig[seq & 1].store(mine);
 
     // Stream stores past the cache when the ranks' buffers together
     // cannot stay in the last-level cache anyway.
@@ -353,6 +456,8 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     const std::uint64_t working_set = bytes * std::uint64_t(n) * (in == out ? 1 : 2);
     env<T, Op> e{w, *this, mine, seq, op, working_set > w.llc_bytes(), std::chrono::steady_clock::now() + timeout_,
                  plan.units(), -1, 0, 0, {}};
+    std::atomic<std::uint64_t>& busy = w.slot(rank_).busy_seq;
+    busy.store(seq, std::memory_order_seq_cst);
     for (int c = 0; c < P.channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish
 
     detail::status st = detail::status::ok;
@@ -362,6 +467,7 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     } else {
         st = detail::run_rank_interleaved(sch, e);
     }
+    busy.store(0, std::memory_order_seq_cst);
     if (st == detail::status::ok) return;
 
     // Failed: make every rank fail, then report what this rank saw.
@@ -387,6 +493,17 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     } else if (st == detail::status::mismatch) {
         msg = "ranks disagree: " + e.mismatch;
         w.abort(errc::mismatch, std::string(collective_name(coll)) + ": " + e.mismatch);
+    }
+    // Peers may be in the middle of a step on this rank's buffers; they
+    // stop at their next unit (the abort is set). Hand the buffers back to
+    // the caller only once none is inside this collective any more.
+    if (!w.aborted()) w.abort(errc::aborted, std::string(collective_name(coll)) + " failed on rank " + std::to_string(rank_));
+    const auto quiesce_deadline = std::chrono::steady_clock::now() + timeout_;
+    for (int r = 0; r < n; ++r) {
+        if (r == rank_) continue;
+        while (w.slot(r).busy_seq.load(std::memory_order_seq_cst) == seq &&
+               std::chrono::steady_clock::now() < quiesce_deadline)
+            std::this_thread::yield();
     }
     detail::throw_for(w, coll, st, msg);
 }

@@ -1,0 +1,575 @@
+// Bad arguments, failing / stalled / disagreeing peers and abort(): every
+// failure is a chorus::error with the right code and a message naming the
+// argument, collective or rank at fault, never a hang. Every communicator
+// here has a timeout, so a regression fails instead of hanging.
+
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace chorus_test;
+using namespace std::chrono_literals;
+using comm_t = chorus::communicator<chorus::threads>;
+using chorus::errc;
+
+//! Runs f, which must throw chorus::error(errc::invalid_argument) whose
+//! message contains every needle. Usable from rank threads.
+template <class F>
+void expect_invalid(const std::string& what, F&& f, std::initializer_list<const char*> needles) {
+    try {
+        f();
+        FAIL_CHECK(what << ": no exception");
+    } catch (const chorus::error& e) {
+        CHECK_MESSAGE(e.code() == errc::invalid_argument, what << ": code " << std::string(chorus::to_string(e.code())) << ": " << std::string(e.what()));
+        for (const char* s : needles) CHECK_MESSAGE(contains(e.what(), s), what << ": message lacks '" << std::string(s) << "': " << std::string(e.what()));
+    } catch (const std::exception& e) {
+        FAIL_CHECK(what << ": not a chorus::error: " << std::string(e.what()));
+    }
+}
+
+//! What one rank saw when its collective failed.
+struct seen {
+    bool threw = false;
+    errc code = errc::internal;
+    std::string what;
+    double after_s = 0; //!< seconds from the call to the exception
+};
+
+template <class F>
+seen capture(F&& f) {
+    seen s;
+    const auto t0 = steady::now();
+    try {
+        f();
+    } catch (const chorus::error& e) {
+        s.threw = true;
+        s.code = e.code();
+        s.what = e.what();
+    } catch (const std::exception& e) {
+        s.threw = true;
+        s.what = std::string("not a chorus::error: ") + e.what();
+    }
+    s.after_s = seconds_since(t0);
+    return s;
+}
+
+template <class T>
+std::span<const T> cview(const std::vector<T>& v) {
+    return std::span<const T>(v);
+}
+
+//! The message names rank r as the one that never joined ("... rank 2 ..."
+//! or "... ranks that have not joined it: 2").
+bool names_missing_rank(const std::string& what, int r) {
+    return contains(what, "rank " + std::to_string(r)) || contains(what, "not joined it: " + std::to_string(r));
+}
+
+} // namespace
+
+// --- bad arguments ----------------------------------------------------------------------
+
+TEST_CASE("bad arguments throw invalid_argument naming the argument, on every rank, and break nothing") {
+    for (int n : {1, 3}) {
+        INFO("ranks = " << n);
+        chorus::run_threads(n, [&](comm_t& comm) {
+            comm.set_timeout(10s);
+            const int r = comm.rank();
+            const std::size_t nn = std::size_t(n);
+            std::vector<float> a(10), b(12), big(64);
+            std::vector<float> gather_out(nn * 4), rs_in(nn * 4);
+            float* null = nullptr;
+
+            // Sizes.
+            expect_invalid("all_reduce in/out sizes", [&] { chorus::all_reduce(comm, cview(a), std::span(b)); }, {"all_reduce", "`out`", "`in`", "12", "10"});
+            expect_invalid("all_reduce_async in/out sizes", [&] { (void)chorus::all_reduce_async(comm, cview(b), std::span(a)); }, {"`out`", "`in`"});
+            expect_invalid("all_gather out size", [&] { chorus::all_gather(comm, cview(a).first(4), std::span(gather_out).first(nn * 4 - 1)); }, {"all_gather", "`out`"});
+            expect_invalid("all_gather out size (too big)", [&] { chorus::all_gather(comm, cview(a).first(4), std::span(big).first(nn * 4 + 1)); }, {"all_gather", "`out`"});
+            expect_invalid("reduce_scatter in size", [&] { chorus::reduce_scatter(comm, cview(rs_in).first(nn * 4 - 1), std::span(a).first(4)); }, {"reduce_scatter", "`in`"});
+            expect_invalid("reduce_scatter_async in size", [&] { (void)chorus::reduce_scatter_async(comm, cview(big).first(nn * 4 + 1), std::span(a).first(4)); }, {"`in`"});
+
+            // Partial overlap (in-place is only the exact shape).
+            expect_invalid("all_reduce partial overlap", [&] { chorus::all_reduce(comm, cview(big).subspan(0, 10), std::span(big).subspan(5, 10)); }, {"all_reduce", "`in`", "`out`", "overlap"});
+            expect_invalid("all_reduce overlap by one element", [&] { chorus::all_reduce(comm, cview(big).subspan(9, 10), std::span(big).subspan(0, 10)); }, {"overlap"});
+            // all_gather: `in` inside `out` but not at block rank().
+            expect_invalid("all_gather overlap not at block rank()", [&] {
+                std::span<float> o = std::span(big).first(nn * 4);
+                chorus::all_gather(comm, std::span<const float>(o.subspan(std::size_t(r) * 4 + 1, 3).data(), 4), o);
+            }, {"all_gather", "`in`", "overlap"});
+            expect_invalid("reduce_scatter overlap not at block rank()", [&] {
+                std::span<float> i = std::span(big).first(nn * 4);
+                chorus::reduce_scatter(comm, std::span<const float>(i), std::span(i.data() + std::size_t(r) * 4 + 2, 4));
+            }, {"reduce_scatter", "`out`", "overlap"});
+
+            // Roots.
+            for (int root : {-1, n, n + 7}) {
+                expect_invalid("broadcast root", [&] { chorus::broadcast(comm, std::span(a), root); }, {"broadcast", "`root`", std::to_string(root).c_str()});
+                expect_invalid("broadcast_async root", [&] { (void)chorus::broadcast_async(comm, std::span(a), root); }, {"`root`"});
+                expect_invalid("reduce root", [&] { chorus::reduce(comm, cview(a), std::span(b).first(10), chorus::sum{}, root); }, {"reduce", "`root`"});
+            }
+
+            // Null data with a non-zero count.
+            const std::span<float> null5(null, 5);
+            expect_invalid("all_reduce null in", [&] { chorus::all_reduce(comm, std::span<const float>(null5), std::span(a).first(5)); }, {"`in`", "null"});
+            expect_invalid("all_reduce null out", [&] { chorus::all_reduce(comm, cview(a).first(5), null5); }, {"`out`", "null"});
+            expect_invalid("all_reduce null in-place", [&] { chorus::all_reduce(comm, null5, chorus::sum{}); }, {"null"});
+            expect_invalid("all_gather null in", [&] { chorus::all_gather(comm, std::span<const float>(null5), std::span(big).first(nn * 5)); }, {"`in`", "null"});
+            expect_invalid("reduce_scatter null out", [&] { chorus::reduce_scatter(comm, cview(big).first(nn * 5), null5); }, {"`out`", "null"});
+            expect_invalid("broadcast null buf", [&] { chorus::broadcast(comm, null5, 0); }, {"`buf`", "null"});
+            expect_invalid("reduce null in", [&] { chorus::reduce(comm, std::span<const float>(null5), std::span(a).first(5), chorus::sum{}, 0); }, {"`in`", "null"});
+
+            // reduce checks `out` only at the root: only the root calls (nothing was launched, so the
+            // ranks' call sequences stay in step).
+            if (r == n - 1) {
+                expect_invalid("reduce out size at the root", [&] { chorus::reduce(comm, cview(a), std::span(b), chorus::sum{}, n - 1); }, {"reduce", "`out`", "`in`"});
+                expect_invalid("reduce null out at the root", [&] { chorus::reduce(comm, cview(a).first(5), null5, chorus::sum{}, n - 1); }, {"`out`", "null"});
+            }
+
+            // Timeouts must be positive.
+            expect_invalid("set_timeout(0)", [&] { comm.set_timeout(0ms); }, {"`t`"});
+            expect_invalid("set_timeout(-1)", [&] { comm.set_timeout(-1ms); }, {"`t`"});
+
+            // Nothing above moved a byte or broke the communicator.
+            CHECK_FALSE(comm.broken());
+            std::vector<float> ok(7, float(r + 1));
+            chorus::all_reduce(comm, std::span(ok), chorus::sum{});
+            CHECK(ok[6] == float(n * (n + 1) / 2));
+        });
+    }
+}
+
+TEST_CASE("run_threads rejects a non-positive rank count") {
+    bool called = false;
+    for (int n : {0, -1}) {
+        expect_invalid("run_threads(n)", [&] { chorus::run_threads(n, [&](comm_t&) { called = true; }); }, {"`n`"});
+    }
+    CHECK_FALSE(called);
+}
+
+TEST_CASE("empty future: get() throws invalid_argument") {
+    chorus::future f;
+    expect_invalid("future::get", [&] { f.get(); }, {"get"});
+}
+
+TEST_CASE("CHORUS_TIMEOUT_MS sets the default timeout") {
+    const char* old = std::getenv("CHORUS_TIMEOUT_MS");
+    const std::string saved = old ? old : "";
+    ::setenv("CHORUS_TIMEOUT_MS", "1234", 1);
+    std::chrono::milliseconds t{};
+    chorus::run_threads(1, [&](comm_t& comm) { t = comm.timeout(); });
+    CHECK(t == 1234ms);
+    ::setenv("CHORUS_TIMEOUT_MS", "nonsense", 1);
+    chorus::run_threads(1, [&](comm_t& comm) { t = comm.timeout(); });
+    CHECK(t > 1234ms); // ignored: the built-in default
+    if (old) ::setenv("CHORUS_TIMEOUT_MS", saved.c_str(), 1);
+    else ::unsetenv("CHORUS_TIMEOUT_MS");
+}
+
+// --- a peer that throws ---------------------------------------------------------------
+
+namespace {
+
+//! Rank 1 throws std::runtime_error("boom") after `before` successful
+//! all_reduces; ranks 0 and 2 go on into another all_reduce (sync or async).
+void peer_throws(int before, bool async) {
+    std::array<seen, 3> s{};
+    std::atomic<int> completed{0};
+    const auto t0 = steady::now();
+    std::string rethrown;
+    try {
+        chorus::run_threads(3, [&](comm_t& comm) {
+            comm.set_timeout(20s);
+            std::vector<float> v(4099, 1.0f);
+            for (int i = 0; i < before; ++i) {
+                chorus::all_reduce(comm, std::span(v), chorus::sum{});
+                ++completed;
+            }
+            if (comm.rank() == 1) {
+                // Throw only once every rank has returned from the successful collectives:
+                // the abort that the exception triggers also fails a collective that a peer
+                // is still finishing (e.g. waiting in its final handshake), although every
+                // rank did its part of it.
+                const auto t1 = steady::now();
+                while (completed < 3 * before && seconds_since(t1) < 10) std::this_thread::sleep_for(1ms);
+                throw std::runtime_error("boom");
+            }
+            s[std::size_t(comm.rank())] = capture([&] {
+                if (async) {
+                    chorus::future f = chorus::all_reduce_async(comm, std::span(v), chorus::sum{});
+                    f.get();
+                } else {
+                    chorus::all_reduce(comm, std::span(v), chorus::sum{});
+                }
+            });
+            // The communicator is broken now: the next call fails at once.
+            CHECK(comm.broken());
+            const seen next = capture([&] { chorus::barrier(comm); });
+            CHECK(next.threw);
+            CHECK(next.code == errc::aborted);
+            CHECK(next.after_s < 0.5);
+        });
+        FAIL_CHECK("run_threads returned normally");
+    } catch (const chorus::error& e) {
+        FAIL_CHECK("run_threads rethrew a chorus::error, not rank 1's exception: " << std::string(e.what()));
+    } catch (const std::runtime_error& e) {
+        rethrown = e.what();
+    }
+    const double elapsed = seconds_since(t0);
+    CHECK(rethrown == "boom");
+    CHECK(completed.load() == 3 * before);
+    CHECK(elapsed < 5.0); // well under the 20 s deadline: peers are released, not timed out
+    for (int r : {0, 2}) {
+        const seen& x = s[std::size_t(r)];
+        INFO("rank " << r << ": " << x.what);
+        CHECK(x.threw);
+        CHECK((x.code == errc::peer_failed || x.code == errc::aborted));
+        CHECK(contains(x.what, "rank 1"));
+        CHECK(contains(x.what, "boom"));
+        CHECK(contains(x.what, "all_reduce"));
+    }
+}
+
+} // namespace
+
+TEST_CASE("a rank that throws releases its peers (peer_failed), and run_threads rethrows its exception") {
+    SUBCASE("before the first collective") { peer_throws(0, false); }
+    SUBCASE("after two successful collectives") { peer_throws(2, false); }
+    SUBCASE("peers waiting on an async collective") { peer_throws(1, true); }
+}
+
+TEST_CASE("run_threads rethrows a non-std exception and reports it to the peers") {
+    std::array<seen, 2> s{};
+    bool caught = false;
+    try {
+        chorus::run_threads(2, [&](comm_t& comm) {
+            comm.set_timeout(20s);
+            if (comm.rank() == 0) throw 42;
+            std::vector<int> v(10, 1);
+            s[1] = capture([&] { chorus::all_reduce(comm, std::span(v), chorus::sum{}); });
+        });
+    } catch (int x) {
+        caught = x == 42;
+    }
+    CHECK(caught);
+    INFO(s[1].what);
+    CHECK(s[1].threw);
+    CHECK(contains(s[1].what, "rank 0"));
+    CHECK(s[1].after_s < 5.0);
+}
+
+// --- a stalled peer -----------------------------------------------------------------------
+
+TEST_CASE("a stalled peer makes the waiting ranks time out, naming the collective and the rank") {
+    std::array<seen, 3> s{}, after{};
+    std::array<bool, 3> broken{};
+    chorus::run_threads(3, [&](comm_t& comm) {
+        comm.set_timeout(300ms);
+        const int r = comm.rank();
+        std::vector<float> v(1000, 1.0f);
+        if (r == 2) std::this_thread::sleep_for(2s);
+        s[std::size_t(r)] = capture([&] { chorus::all_reduce(comm, std::span(v), chorus::sum{}); });
+        broken[std::size_t(r)] = comm.broken();
+        after[std::size_t(r)] = capture([&] { chorus::all_reduce(comm, std::span(v), chorus::sum{}); });
+    });
+    const double limit = under_tsan ? 2.0 : 1.0;
+    for (int r : {0, 1}) {
+        const seen& x = s[std::size_t(r)];
+        INFO("rank " << r << ": " << x.what);
+        CHECK(x.threw);
+        CHECK((x.code == errc::timeout || x.code == errc::aborted));
+        CHECK(x.after_s >= 0.25);
+        CHECK(x.after_s < limit);
+        CHECK(contains(x.what, "all_reduce"));
+        CHECK(contains(x.what, "waiting for rank")); // names the rank waited for
+        CHECK(names_missing_rank(x.what, 2));         // and the one that never came
+    }
+    // Rank 0 waits for rank 2 directly: when it is the one that timed out, it names rank 2.
+    if (contains(s[0].what, "timed out after")) CHECK(contains(s[0].what, "waiting for rank 2"));
+    {
+        // The late rank finds the communicator broken.
+        INFO("rank 2: " << s[2].what);
+        CHECK(s[2].threw);
+        CHECK(s[2].code == errc::aborted);
+        CHECK(s[2].after_s < 0.1);
+    }
+    for (int r = 0; r < 3; ++r) {
+        INFO("rank " << r << " afterwards: " << after[std::size_t(r)].what);
+        CHECK(broken[std::size_t(r)]);
+        CHECK(after[std::size_t(r)].threw);
+        CHECK(after[std::size_t(r)].code == errc::aborted);
+        CHECK(after[std::size_t(r)].after_s < 0.1); // immediately, not after another timeout
+    }
+}
+
+// DESIGN.md section 7: a stalled peer makes the others fail "with a timeout
+// error naming the collective and the missing rank". Rank 1 waits for rank 0,
+// which waits for the missing rank 2; rank 1's deadline passes first (a
+// shorter timeout makes that deterministic), yet every message must still
+// name rank 2, not only the innocent rank 0.
+TEST_CASE("a stall is blamed on the rank that never entered the collective") {
+    std::array<seen, 3> s{};
+    chorus::run_threads(3, [&](comm_t& comm) {
+        const int r = comm.rank();
+        comm.set_timeout(r == 1 ? 200ms : 1000ms);
+        std::vector<float> v(1000, 1.0f);
+        if (r == 2) std::this_thread::sleep_for(1500ms);
+        s[std::size_t(r)] = capture([&] { chorus::all_reduce(comm, std::span(v), chorus::sum{}); });
+    });
+    for (int r : {0, 1}) {
+        INFO("rank " << r << ": " << s[std::size_t(r)].what);
+        CHECK(s[std::size_t(r)].threw);
+        CHECK(names_missing_rank(s[std::size_t(r)].what, 2));
+    }
+}
+
+TEST_CASE("a rank that returns without joining a collective fails its peers at once") {
+    std::array<seen, 3> s{};
+    chorus::run_threads(3, [&](comm_t& comm) {
+        comm.set_timeout(20s);
+        if (comm.rank() == 1) return;
+        std::vector<int> v(100, 1);
+        s[std::size_t(comm.rank())] = capture([&] { chorus::all_reduce(comm, std::span(v), chorus::sum{}); });
+    });
+    for (int r : {0, 2}) {
+        const seen& x = s[std::size_t(r)];
+        INFO("rank " << r << ": " << x.what);
+        CHECK(x.threw);
+        CHECK((x.code == errc::peer_failed || x.code == errc::aborted));
+        CHECK(contains(x.what, "rank 1"));
+        CHECK(contains(x.what, "all_reduce"));
+        CHECK(x.after_s < 2.0);
+    }
+}
+
+TEST_CASE("a stalled peer fails an async collective through its future") {
+    std::array<seen, 2> s{};
+    chorus::run_threads(2, [&](comm_t& comm) {
+        comm.set_timeout(200ms);
+        std::vector<int> v(100, 1);
+        if (comm.rank() == 1) {
+            std::this_thread::sleep_for(1s);
+            return;
+        }
+        chorus::future f = chorus::all_reduce_async(comm, std::span(v), chorus::sum{});
+        s[0] = capture([&] { f.wait(); });
+        CHECK(f.ready());
+        s[1] = capture([&] { f.get(); }); // get() rethrows the same error
+    });
+    for (const seen& x : s) {
+        INFO(x.what);
+        CHECK(x.threw);
+        CHECK(x.code == errc::timeout);
+        CHECK(contains(x.what, "all_reduce"));
+        CHECK(contains(x.what, "rank 1"));
+    }
+}
+
+// --- ranks that disagree ----------------------------------------------------------------------
+
+namespace {
+struct disagreement {
+    const char* name;
+    void (*call)(comm_t&);
+};
+
+//! Runs each variant on 3 ranks (timeout 2 s): every rank must get a
+//! mismatch (or aborted) error, well before the timeout.
+void expect_disagreement_reported(std::initializer_list<disagreement> variants) {
+    for (const disagreement& v : variants) {
+        INFO(std::string(v.name));
+        std::array<seen, 3> s{};
+        const auto t0 = steady::now();
+        chorus::run_threads(3, [&](comm_t& comm) {
+            comm.set_timeout(2s);
+            s[std::size_t(comm.rank())] = capture([&] { v.call(comm); });
+        });
+        const double elapsed = seconds_since(t0);
+        for (int r = 0; r < 3; ++r) {
+            const seen& x = s[std::size_t(r)];
+            INFO("rank " << r << " (" << x.after_s << " s): " << x.what);
+            CHECK(x.threw);
+            CHECK((x.code == errc::mismatch || x.code == errc::aborted));
+        }
+        CHECK(elapsed < 1.9); // detected, not timed out
+    }
+}
+} // namespace
+
+TEST_CASE("ranks that disagree get an error on every rank, not a hang") {
+    expect_disagreement_reported({
+        {"all_reduce count 10 on rank 0, 12 elsewhere",
+         [](comm_t& comm) {
+             std::vector<float> v(comm.rank() == 0 ? 10 : 12, 1.0f);
+             chorus::all_reduce(comm, std::span(v), chorus::sum{});
+         }},
+        {"all_reduce on rank 0, all_gather elsewhere",
+         [](comm_t& comm) {
+             std::vector<float> in(12, 1.0f), out(36);
+             if (comm.rank() == 0) chorus::all_reduce(comm, std::span(in), chorus::sum{});
+             else chorus::all_gather(comm, cview(in), std::span(out));
+         }},
+        {"element size 4 on rank 2, 8 elsewhere",
+         [](comm_t& comm) {
+             std::vector<float> f(50, 1.0f);
+             std::vector<double> d(50, 1.0);
+             if (comm.rank() == 2) chorus::all_reduce(comm, std::span(f), chorus::sum{});
+             else chorus::all_reduce(comm, std::span(d), chorus::sum{});
+         }},
+    });
+}
+
+// DESIGN.md section 7: peers that disagree are "reported on every rank".
+// Broadcast chain: the root only posts progress and never reads a peer's
+// descriptor, so a rank that names a different root goes unnoticed there.
+TEST_CASE("broadcast with different roots is reported on every rank, the root included") {
+    expect_disagreement_reported({
+        {"broadcast: root 1 on rank 1, root 0 elsewhere",
+         [](comm_t& comm) {
+             std::vector<float> v(100, 1.0f);
+             chorus::broadcast(comm, std::span(v), comm.rank() == 1 ? 1 : 0);
+         }},
+    });
+}
+
+// Barrier only waits for the peers' flags and never compares descriptors: a
+// barrier on one rank "matches" any collective on the others and returns
+// normally there, while the others report the mismatch.
+TEST_CASE("a barrier facing another collective is reported on every rank, the barrier's included") {
+    expect_disagreement_reported({
+        {"barrier on rank 0, all_reduce elsewhere",
+         [](comm_t& comm) {
+             std::vector<float> v(10, 1.0f);
+             if (comm.rank() == 0) chorus::barrier(comm);
+             else chorus::all_reduce(comm, std::span(v), chorus::sum{});
+         }},
+    });
+}
+
+// Reduce chain: with different roots the ranks wait on each other in a cycle
+// before anyone reads a descriptor, so the disagreement surfaces only as a
+// timeout (after the full deadline: 5 minutes by default).
+TEST_CASE("reduce with different roots is reported as a mismatch, not after the timeout") {
+    expect_disagreement_reported({
+        {"reduce: root 0 on rank 0, root 2 elsewhere",
+         [](comm_t& comm) {
+             std::vector<float> in(100, 1.0f), out(100);
+             chorus::reduce(comm, std::span<const float>(in), std::span(out), chorus::sum{}, comm.rank() == 0 ? 0 : 2);
+         }},
+    });
+}
+
+// --- buffers of a failed collective ---------------------------------------------------------
+
+namespace {
+// A sum whose first combine of a partial equal to 5 sleeps, on one chosen
+// thread: it holds that rank in the middle of a ring step (a user operator may
+// be slow; a preempted thread on a busy machine looks the same).
+std::atomic<std::thread::id> g_slow_thread{};
+std::atomic<bool> g_slept{false};
+struct slow_sum {
+    static constexpr bool commutative = true;
+    float operator()(const float& a, const float& b) const {
+        if (a == 5.0f && std::this_thread::get_id() == g_slow_thread.load() && !g_slept.exchange(true))
+            std::this_thread::sleep_for(300ms);
+        return a + b;
+    }
+};
+} // namespace
+
+// Once a collective has thrown on a rank, the caller owns its buffers again
+// (it may free or reuse them): no peer may still read or write them. Here
+// rank 0 is held inside its second ring step, in which it writes its result
+// to rank 1's `out` too (the reduce-scatter -> all-gather push); the
+// communicator is aborted meanwhile, rank 1's all_reduce throws, rank 1
+// refills `out`, and rank 0, once it resumes, still writes into it.
+// (ThreadSanitizer shows the same with no sleeping operator: a rank that
+// fails returns and frees its buffers while a peer is still reading them.)
+TEST_CASE("after a collective throws, peers no longer write into the caller's buffers") {
+    g_slept = false;
+    std::atomic<int> clobbered{0};
+    std::array<seen, 3> s{};
+    chorus::run_threads(3, [&](comm_t& comm) {
+        comm.set_timeout(10s);
+        const int r = comm.rank();
+        std::vector<float> in(64, float(r + 1)), out(64, 0.0f);
+        if (r == 0) g_slow_thread = std::this_thread::get_id();
+        chorus::barrier(comm);
+        std::thread aborter;
+        if (r == 2)
+            aborter = std::thread([&] {
+                std::this_thread::sleep_for(100ms);
+                comm.abort("test: abort while rank 0 is inside a step");
+            });
+        s[std::size_t(r)] = capture([&] { chorus::all_reduce(comm, cview(in), std::span(out), slow_sum{}); });
+        if (r == 1 && s[1].threw) {
+            std::fill(out.begin(), out.end(), -1.0f); // the buffer is the caller's again
+            std::this_thread::sleep_for(600ms);
+            clobbered = int(std::count_if(out.begin(), out.end(), [](float v) { return v != -1.0f; }));
+        }
+        if (aborter.joinable()) aborter.join();
+    });
+    g_slow_thread = std::thread::id();
+    for (int r = 0; r < 3; ++r) {
+        INFO("rank " << r << ": " << s[std::size_t(r)].what);
+        CHECK(s[std::size_t(r)].threw);
+    }
+    CHECK(g_slept.load());
+    CHECK_MESSAGE(clobbered == 0, clobbered.load() << " of rank 1's 64 `out` elements were written after its all_reduce threw");
+}
+
+// --- abort() ---------------------------------------------------------------------------------
+
+TEST_CASE("comm.abort() releases a rank blocked in a collective with errc::aborted") {
+    SUBCASE("abort from the peer rank's thread") {
+        seen s{};
+        chorus::run_threads(2, [&](comm_t& comm) {
+            comm.set_timeout(20s);
+            std::vector<float> v(1000, 1.0f);
+            if (comm.rank() == 0) {
+                s = capture([&] { chorus::all_reduce(comm, std::span(v), chorus::sum{}); });
+            } else {
+                std::this_thread::sleep_for(200ms);
+                comm.abort();
+                CHECK(comm.broken());
+            }
+        });
+        INFO(s.what);
+        CHECK(s.threw);
+        CHECK(s.code == errc::aborted);
+        CHECK(s.after_s < 2.0);
+        CHECK(contains(s.what, "all_reduce"));
+        CHECK(contains(s.what, "rank 1"));
+    }
+    SUBCASE("abort from another thread, with a reason, releasing an async collective") {
+        seen s{};
+        chorus::run_threads(2, [&](comm_t& comm) {
+            comm.set_timeout(20s);
+            std::vector<float> v(1000, 1.0f);
+            if (comm.rank() == 0) {
+                chorus::future f = chorus::all_reduce_async(comm, std::span(v), chorus::sum{});
+                s = capture([&] { f.get(); });
+            } else {
+                std::thread t([&] {
+                    std::this_thread::sleep_for(200ms);
+                    comm.abort("operator pressed stop");
+                });
+                t.join();
+            }
+        });
+        INFO(s.what);
+        CHECK(s.threw);
+        CHECK(s.code == errc::aborted);
+        CHECK(s.after_s < 2.0);
+        CHECK(contains(s.what, "operator pressed stop"));
+    }
+}
