@@ -81,9 +81,11 @@ inline void nudge_flag(host_flag& f) {
 //! on the CPU), and must outlast a futex wake-up (tens of microseconds on
 //! a virtual machine): otherwise two ranks that wait on each other block
 //! and wake alternately, and every hand-off pays a wake-up.
+//! Between the two, polling with sched_yield costs about a microsecond per
+//! poll but hands the core over when the rank being waited for shares it.
 struct backoff_policy {
     std::chrono::microseconds spin{200};   //!< poll with a pause instruction
-    std::chrono::microseconds yield{1000}; //!< then poll with sched_yield (lets other ranks run)
+    std::chrono::microseconds yield{1000}; //!< then poll with sched_yield
     std::chrono::milliseconds block_slice{20}; //!< longest single block before re-checking abort/deadline
 };
 
