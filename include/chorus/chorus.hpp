@@ -6,6 +6,7 @@
 #include "core/config.hpp"
 #include "core/element.hpp"
 #include "core/error.hpp"
+#include "core/options.hpp"
 #include "ops/operators.hpp"
 #include "ops/traits.hpp"
 #include "plan/partition.hpp"

@@ -58,22 +58,49 @@ struct descriptor {
     int channels = 0;
     std::uint64_t type_id = 0; //!< hash of the element type's name
     std::uint64_t op_id = 0;   //!< hash of the operator type's name
+    std::uint64_t algo_id = 0; //!< hash of the algorithm policy type (with its tuning)
     const char* type_name = "";
     const char* op_name = "";
+    const char* algo_name = "";
 
     bool same_call(const descriptor& o) const {
         return seq == o.seq && coll == o.coll && count == o.count && elem_bytes == o.elem_bytes && root == o.root &&
-               channels == o.channels && type_id == o.type_id && op_id == o.op_id;
+               channels == o.channels && type_id == o.type_id && op_id == o.op_id && algo_id == o.algo_id;
+    }
+    //! "all_reduce count 100 of float (4-byte elements), operator sum, root 0, algorithm ring<...>"
+    std::string call() const {
+        return std::string(collective_name(coll)) + " count " + std::to_string(count) + " of " + type_name + " (" +
+               std::to_string(elem_bytes) + "-byte elements), operator " + op_name + ", root " +
+               std::to_string(root) + ", algorithm " + algo_name;
     }
 };
+
+//! A printable name of an algorithm policy with its tuning, e.g.
+//! "ring<channels=2,chunk_bytes=65536>".
+template <class Algo>
+const char* algo_name() {
+    static const std::string name = std::string(Algo::name) + "<channels=" + std::to_string(Algo::params.channels) +
+                                    ",chunk_bytes=" + std::to_string(Algo::params.chunk_bytes) + ">";
+    return name.c_str();
+}
+
+//! Checked mode default: CHORUS_CHECK=1/0, else on in debug builds.
+inline bool default_checked() {
+    if (const char* s = std::getenv("CHORUS_CHECK")) return s[0] != '\0' && s[0] != '0';
+#if defined(NDEBUG)
+    return false;
+#else
+    return true;
+#endif
+}
 
 //! The comparable part of a descriptor, published under a sequence lock so
 //! that a peer may read it while the owner already rewrites it for a later
 //! collective: the reader sees either a consistent copy or "moved on".
 struct sig_slot {
     std::atomic<std::uint64_t> seq{0}; //!< 0 while being written
-    std::atomic<std::uint64_t> count{0}, elem_bytes{0}, type_id{0}, op_id{0}, shape{0};
-    std::atomic<const char*> type_name{""}, op_name{""};
+    std::atomic<std::uint64_t> count{0}, elem_bytes{0}, type_id{0}, op_id{0}, algo_id{0}, shape{0};
+    std::atomic<const char*> type_name{""}, op_name{""}, algo_name{""};
 
     void store(const descriptor& d) {
         seq.store(0);
@@ -81,6 +108,8 @@ struct sig_slot {
         elem_bytes.store(d.elem_bytes);
         type_id.store(d.type_id);
         op_id.store(d.op_id);
+        algo_id.store(d.algo_id);
+        algo_name.store(d.algo_name);
         shape.store(std::uint64_t(d.coll) | std::uint64_t(std::uint32_t(d.channels)) << 8 |
                     std::uint64_t(std::uint32_t(d.root)) << 32);
         type_name.store(d.type_name);
@@ -94,6 +123,8 @@ struct sig_slot {
         d.elem_bytes = elem_bytes.load();
         d.type_id = type_id.load();
         d.op_id = op_id.load();
+        d.algo_id = algo_id.load();
+        d.algo_name = algo_name.load();
         const std::uint64_t sh = shape.load();
         d.coll = static_cast<collective>(sh & 0xff);
         d.channels = static_cast<int>((sh >> 8) & 0xffffff);
@@ -251,6 +282,7 @@ class communicator<threads> {
 public:
     communicator(std::shared_ptr<detail::threads_world> world, int rank)
         : world_(std::move(world)), rank_(rank), timeout_(detail::default_timeout()),
+          checked_(detail::default_checked()),
           peer_desc_(static_cast<std::size_t>(world_->size())),
           peer_checked_(static_cast<std::size_t>(world_->size()), 0) {}
     communicator(const communicator&) = delete;
@@ -266,6 +298,19 @@ public:
         timeout_ = t;
     }
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
+    //! Per-call deadline override used by chorus::timeout_scope (0: none).
+    void set_call_timeout(std::chrono::milliseconds t) noexcept { call_timeout_ = t; }
+    std::chrono::milliseconds call_timeout() const noexcept { return call_timeout_; }
+
+    //! Checked mode: before moving data, every rank waits until all ranks
+    //! entered the collective and compares all ranks' calls (collective,
+    //! count, element type, operator, root, algorithm, sequence number); a
+    //! disagreement fails the call on every rank with errc::mismatch and a
+    //! message listing which ranks called what. Default: CHORUS_CHECK, else
+    //! on in builds without NDEBUG. Costs one all-to-all round of flags.
+    void set_checked(bool on) noexcept { checked_ = on; }
+    bool checked() const noexcept { return checked_; }
 
     //! Releases every waiter of every rank with an error; the communicator
     //! is broken afterwards (every call fails). Callable from any thread.
@@ -285,7 +330,10 @@ public:
             throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
                                            ": the communicator is broken (" + world_->reason() + "); create a new one");
         const std::uint64_t seq = next_seq_++;
-        auto task = [this, coll, in, out, count, op, root, seq] { run<T, Op, Algo>(coll, in, out, count, op, root, seq); };
+        const call_settings cs{call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_};
+        auto task = [this, coll, in, out, count, op, root, seq, cs] {
+            run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs);
+        };
         if (async) return stream_.enqueue(std::function<void()>(task));
         stream_.run_sync(task);
         return future();
@@ -295,16 +343,28 @@ private:
     template <class T, class Op>
     struct env;
 
+    //! What a call fixes when it is issued.
+    struct call_settings {
+        std::chrono::milliseconds timeout;
+        bool checked;
+    };
+
     template <class T, class Op, class Algo>
-    void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq);
+    void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq,
+             call_settings cs);
+    detail::status check_all(detail::descriptor& mine, std::uint64_t seq, std::chrono::steady_clock::time_point deadline,
+                             std::string& report, int& bad_peer);
 
     std::shared_ptr<detail::threads_world> world_;
     int rank_;
     std::uint64_t next_seq_ = 1;
     std::chrono::milliseconds timeout_;
+    std::chrono::milliseconds call_timeout_{0};
+    bool checked_;
     detail::scratch_buffer scratch_;
     std::vector<detail::descriptor> peer_desc_; //!< peers' descriptors, cached per collective
     std::vector<std::uint64_t> peer_checked_;   //!< seq for which each peer's signature was checked
+    std::vector<detail::descriptor> all_calls_; //!< checked mode: every rank's call
     detail::host_stream stream_;
 };
 
@@ -384,16 +444,9 @@ struct communicator<threads>::env {
     }
 
     std::string describe(int r, const detail::descriptor& d) const {
-        auto one = [](int rank, const detail::descriptor& x) {
-            return "rank " + std::to_string(rank) + " called " + collective_name(x.coll) + " with count " +
-                   std::to_string(x.count) + " of " + x.type_name + " (" + std::to_string(x.elem_bytes) +
-                   "-byte elements), operator " + x.op_name + ", root " + std::to_string(x.root) + ", " +
-                   std::to_string(x.channels) + " channel(s)";
-        };
-        if (d.seq != seq) return "rank " + std::to_string(r) + " is at a different collective (sequence numbers differ)";
-        return one(self.rank_, mine) + " but " + one(r, d);
+        return "rank " + std::to_string(self.rank_) + " called " + mine.call() + " but rank " + std::to_string(r) +
+               " called " + d.call();
     }
-
     T* base(const operand& o) {
         const detail::descriptor* d = o.rank == self.rank_ ? &mine : peer_desc(o.rank);
         if (d == nullptr) return nullptr;
@@ -423,7 +476,8 @@ struct communicator<threads>::env {
 
 template <class T, class Op, class Algo>
 void communicator<threads>::run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                                std::uint64_t seq) {
+                                std::uint64_t seq, call_settings cs) {
+    const std::chrono::milliseconds timeout_ = cs.timeout; // this call's deadline
     detail::threads_world& w = *world_;
     if (w.aborted()) detail::throw_for(w, coll, detail::status::aborted, {});
     const int n = w.size();
@@ -448,6 +502,8 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     mine.op_id = detail::type_hash<Op>();
     mine.type_name = element_traits<T>::name();
     mine.op_name = op_traits<Op>::name();
+    mine.algo_id = detail::type_hash<Algo>();
+    mine.algo_name = detail::algo_name<Algo>();
     w.slot(rank_).sig[seq & 1].store(mine);
 
     // Stream stores past the cache when the ranks' buffers together
@@ -461,11 +517,14 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     for (int c = 0; c < P.channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish
 
     detail::status st = detail::status::ok;
-    if (coll == collective::barrier) {
-        for (int r = 0; r < n && st == detail::status::ok; ++r)
-            if (r != rank_) st = e.wait(r, 0, 0);
-    } else {
-        st = detail::run_rank_interleaved(sch, e);
+    if (cs.checked) st = check_all(mine, seq, e.deadline, e.mismatch, e.bad_peer);
+    if (st == detail::status::ok) {
+        if (coll == collective::barrier) {
+            for (int r = 0; r < n && st == detail::status::ok; ++r)
+                if (r != rank_) st = e.wait(r, 0, 0);
+        } else {
+            st = detail::run_rank_interleaved(sch, e);
+        }
     }
     busy.store(0, std::memory_order_seq_cst);
     if (st == detail::status::ok) return;
@@ -506,6 +565,51 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
             std::this_thread::yield();
     }
     detail::throw_for(w, coll, st, msg);
+}
+
+//! Checked mode: wait until every rank entered collective `seq`, then
+//! compare every rank's call with this rank's. On a disagreement `report`
+//! lists which ranks called what (the same text on every rank).
+inline detail::status communicator<threads>::check_all(detail::descriptor& mine, std::uint64_t seq,
+                                                       std::chrono::steady_clock::time_point deadline,
+                                                       std::string& report, int& bad_peer) {
+    detail::threads_world& w = *world_;
+    const int n = w.size();
+    all_calls_.resize(static_cast<std::size_t>(n));
+    bool same = true;
+    for (int r = 0; r < n; ++r) {
+        detail::descriptor& d = all_calls_[static_cast<std::size_t>(r)];
+        if (r == rank_) {
+            d = mine;
+            continue;
+        }
+        const detail::status st =
+            detail::wait_flag(w.slot(r).flags[0], seq << 32, w.abort_flag(), w.gone(r), deadline, w.backoff());
+        if (st != detail::status::ok) {
+            bad_peer = r;
+            return st;
+        }
+        // Nobody gets past this check before every rank entered, so no peer
+        // can have rewritten this slot yet.
+        if (!w.slot(r).sig[seq & 1].load(seq, d)) d = mine;
+        same = same && d.same_call(mine);
+    }
+    if (same) return detail::status::ok;
+    report = "collective #" + std::to_string(seq) + " on this communicator was called differently: ";
+    for (int r = 0; r < n; ++r) {
+        const detail::descriptor& d = all_calls_[static_cast<std::size_t>(r)];
+        bool first = true;
+        for (int q = 0; q < r && first; ++q) first = !all_calls_[static_cast<std::size_t>(q)].same_call(d);
+        if (!first) continue;
+        std::string ranks;
+        int k = 0;
+        for (int q = r; q < n; ++q)
+            if (all_calls_[static_cast<std::size_t>(q)].same_call(d)) {
+                ranks += (k++ ? ", " : "") + std::to_string(q);
+            }
+        report += (r ? "; " : "") + std::string(k > 1 ? "ranks " : "rank ") + ranks + " called " + d.call();
+    }
+    return detail::status::mismatch;
 }
 
 //! Starts `n` ranks as threads, calls fn(communicator<threads>&) on each,
