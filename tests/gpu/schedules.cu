@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
 namespace {
@@ -209,6 +210,24 @@ int main() {
         }
     }
     cudaFree(d_flags);
+
+    // A device pointer handed to a host (threads) communicator is rejected
+    // by name before any rank touches it.
+    {
+        float* d_buf = nullptr;
+        CHECK_CUDA(cudaMalloc(&d_buf, 64 * sizeof(float)));
+        bool rejected = false;
+        chorus::run_threads(1, [&](chorus::communicator<chorus::threads>& comm) {
+            try {
+                chorus::all_reduce(comm, std::span<float>(d_buf, 64), chorus::sum{});
+            } catch (const chorus::error& e) {
+                rejected = e.code() == chorus::errc::invalid_argument && std::string(e.what()).find("GPU memory") != std::string::npos;
+            }
+        });
+        cudaFree(d_buf);
+        std::printf("device pointer on a threads communicator: %s\n", rejected ? "rejected" : "NOT REJECTED");
+        if (!rejected) ++failures;
+    }
     std::printf("%s: %d failing case(s)\n", failures ? "FAILED" : "PASSED", failures);
     return failures ? 1 : 0;
 }

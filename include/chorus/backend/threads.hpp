@@ -20,6 +20,9 @@
 #if defined(__unix__)
 #  include <unistd.h>
 #endif
+#if defined(__CUDACC__)
+#  include <cuda_runtime_api.h>
+#endif
 
 #include "../algo/ring.hpp"
 #include "../async/future.hpp"
@@ -259,6 +262,25 @@ private:
     std::size_t bytes_ = 0;
 };
 
+//! Throws when `p` is GPU device memory: ranks that are host threads cannot
+//! read it. Only a CUDA translation unit (nvcc, which links the CUDA runtime)
+//! can ask; elsewhere the check is compiled out. Managed memory is fine.
+inline void check_host_pointer([[maybe_unused]] collective coll, [[maybe_unused]] const char* name,
+                               [[maybe_unused]] const void* p) {
+#if defined(__CUDACC__)
+    if (p == nullptr) return;
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        (void)cudaGetLastError(); // not a CUDA pointer (or no device): host memory
+        return;
+    }
+    if (attr.type == cudaMemoryTypeDevice)
+        throw error(errc::invalid_argument, std::string("chorus::") + collective_name(coll) + ": `" + name +
+                                                "` points to GPU memory (device " + std::to_string(attr.device) +
+                                                "); a threads communicator needs host or managed memory");
+#endif
+}
+
 //! Builds an error for collective `coll` from a failed status.
 [[noreturn]] inline void throw_for(threads_world& w, collective coll, status st, const std::string& detail_msg) {
     const std::string head = std::string("chorus::") + collective_name(coll) + ": ";
@@ -329,6 +351,8 @@ public:
         if (world_->aborted())
             throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
                                            ": the communicator is broken (" + world_->reason() + "); create a new one");
+        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
+        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
         const std::uint64_t seq = next_seq_++;
         const call_settings cs{call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_};
         auto task = [this, coll, in, out, count, op, root, seq, cs] {

@@ -7,9 +7,14 @@
 #if defined(__CUDACC__)
 #  define CHORUS_HD __host__ __device__
 #  define CHORUS_DEVICE __device__
+// Before a __host__ __device__ template that host code instantiates with
+// host-only arguments (the rank program with the host executor's Env):
+// nvcc must not check the callees' execution space for those.
+#  define CHORUS_HD_TEMPLATE _Pragma("nv_exec_check_disable")
 #else
 #  define CHORUS_HD
 #  define CHORUS_DEVICE
+#  define CHORUS_HD_TEMPLATE
 #endif
 
 // CHORUS_HAS_LIBCUDACXX: 1 when libcu++ (<cuda/atomic>, <cuda/std/span>) is

@@ -19,6 +19,7 @@ namespace chorus::detail {
 
 //! Runs unit p of channel c: wait for the peers the step names, move the
 //! data, publish progress. Returns the first failed wait's status.
+CHORUS_HD_TEMPLATE
 template <class Schedule, class Env>
 CHORUS_HD status run_unit(const Schedule& sch, Env& env, int c, std::uint64_t p) {
     const std::uint32_t steps = sch.plan.steps;
@@ -34,6 +35,7 @@ CHORUS_HD status run_unit(const Schedule& sch, Env& env, int c, std::uint64_t p)
 }
 
 //! The tail of a channel: wait until the rank reading our buffers is done.
+CHORUS_HD_TEMPLATE
 template <class Schedule, class Env>
 CHORUS_HD status finish_channel(const Schedule& sch, Env& env, int c) {
     const wait_spec w = sch.final_wait();
