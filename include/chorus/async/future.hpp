@@ -6,10 +6,18 @@
 //! wait_for() waits at most a duration. An error is never dropped silently:
 //! it is rethrown by wait()/get(), and a failed collective also breaks its
 //! communicator, so the next call on it reports the failure too.
+//!
+//! Destroying a future whose collective is still running waits for it (as
+//! std::async's futures do): the collective reads and writes the caller's
+//! buffers, which typically die right after the future. When the future is
+//! destroyed by an exception unwinding the stack, it first aborts the
+//! communicator, so the wait is short and the peers fail instead of
+//! waiting for this rank.
 
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -24,6 +32,7 @@ struct completion {
     std::condition_variable cv;
     bool done = false;
     std::exception_ptr error;
+    std::function<void()> on_abandon; //!< called when the future dies in stack unwinding
 
     void complete(std::exception_ptr e) {
         {
@@ -41,9 +50,16 @@ public:
     future() = default;
     explicit future(std::shared_ptr<detail::completion> state) : state_(std::move(state)) {}
     future(future&&) noexcept = default;
-    future& operator=(future&&) noexcept = default;
+    future& operator=(future&& other) noexcept {
+        if (this != &other) {
+            settle();
+            state_ = std::move(other.state_);
+        }
+        return *this;
+    }
     future(const future&) = delete;
     future& operator=(const future&) = delete;
+    ~future() { settle(); }
 
     //! True when this future refers to an operation (not default-constructed or consumed by get()).
     bool valid() const noexcept { return state_ != nullptr; }
@@ -82,6 +98,21 @@ public:
     }
 
 private:
+    //! Waits (without rethrowing) for an operation nobody waited for.
+    void settle() noexcept {
+        if (!state_) return;
+        std::unique_lock<std::mutex> lk(state_->m);
+        if (!state_->done && std::uncaught_exceptions() > 0 && state_->on_abandon) {
+            lk.unlock();
+            try {
+                state_->on_abandon();
+            } catch (...) {
+            }
+            lk.lock();
+        }
+        state_->cv.wait(lk, [&] { return state_->done; });
+    }
+
     std::shared_ptr<detail::completion> state_;
 };
 

@@ -51,8 +51,9 @@ public:
     }
 
     //! Queues fn behind everything issued before; the future completes when it ran.
-    future enqueue(std::function<void()> fn) {
+    future enqueue(std::function<void()> fn, std::function<void()> on_abandon = {}) {
         auto state = std::make_shared<completion>();
+        state->on_abandon = std::move(on_abandon);
         {
             std::lock_guard<std::mutex> lk(m_);
             queue_.push_back({std::move(fn), state});

@@ -358,7 +358,11 @@ public:
         auto task = [this, coll, in, out, count, op, root, seq, cs] {
             run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs);
         };
-        if (async) return stream_.enqueue(std::function<void()>(task));
+        if (async)
+            return stream_.enqueue(std::function<void()>(task), [w = world_, r = rank_, coll] {
+                w->abort(errc::peer_failed, "rank " + std::to_string(r) + " left an unfinished " +
+                                                collective_name(coll) + " behind while an exception unwound");
+            });
         stream_.run_sync(task);
         return future();
     }
