@@ -1,13 +1,17 @@
 # Sourced by scripts/test and scripts/run-main (not run on its own).
 # Installs the build dependencies on Debian/Ubuntu when they are missing,
 # idempotently, and puts the CUDA toolkit on PATH when it is installed.
+# chorus_clangxx prints the Clang C++ compiler to use (clang++, else clang++-14).
 
 chorus_phase() {
   printf '\n==== %s ====\n' "$*"
 }
 
 chorus_install_deps() {
-  local pkgs=(cmake g++ doctest-dev)
+  # clang + libclang-rt-14-dev: the libFuzzer phase of scripts/test (Debian 12's
+  # clang is clang 14; libclang_rt.fuzzer*.a ship in libclang-rt-14-dev, only
+  # a Recommends of clang-14, so it is named here).
+  local pkgs=(cmake g++ doctest-dev clang libclang-rt-14-dev)
   local missing=()
   local p
   for p in "${pkgs[@]}"; do
@@ -50,4 +54,16 @@ chorus_cuda_path() {
       *) export PATH="/usr/local/cuda/bin:$PATH" ;;
     esac
   fi
+}
+
+chorus_clangxx() {
+  local c
+  for c in clang++ clang++-14; do
+    if command -v "$c" >/dev/null 2>&1; then
+      command -v "$c"
+      return 0
+    fi
+  done
+  echo "error: no clang++ (apt-get install clang libclang-rt-14-dev)" >&2
+  return 1
 }
