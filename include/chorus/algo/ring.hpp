@@ -33,8 +33,9 @@
 //! Broadcast / Reduce: a pipelined chain (root first / root last), T = 1;
 //!   Reduce partials use the same two-slot scratch. waits: pred >= p+1;
 //!   Reduce also succ >= p-1 before reusing a slot.
-//! Every rank finally waits until its reader (succ) has finished all units,
-//! so a returned collective never leaves a peer reading the caller's buffers.
+//! Every rank finally waits until its reader (succ) has finished all units
+//! (in a chain: until the end of the chain has), so a returned collective
+//! never leaves a peer reading the caller's buffers.
 //! Operand order: dst = (value from pred) op (own value), so ring<> needs a
 //! commutative operator (the chain starts at a different rank per slice).
 
@@ -265,9 +266,15 @@ struct ring_schedule {
     //! (Two-rank AllReduce: succ's last unit is the sync-only step, so its
     //! last read is one unit earlier, which our own last data wait already
     //! saw: returning costs no extra hand-off.)
+    //! Chains (Broadcast, Reduce) wait for the end of the chain instead:
+    //! it finishes last, after every reader, and so a rank returns success
+    //! only if the whole chain succeeded (in a ring every rank already
+    //! depends on every other).
     CHORUS_HD constexpr wait_spec final_wait() const {
         const int su = succ();
         if (su < 0 || plan.coll == collective::barrier) return {};
+        if (plan.coll == collective::broadcast) return {detail::mod(plan.root - 1, n()), plan.units()};
+        if (plan.coll == collective::reduce) return {plan.root, plan.units()};
         if (plan.coll == collective::all_reduce && n() == 2) return {su, plan.units() - 1};
         return {su, plan.units()};
     }
