@@ -193,11 +193,20 @@ void check_operand(const chorus::operand& o, u64 count, const sizes& sz, const c
     CHORUS_FUZZ_CHECK(o.offset <= size && count <= size - o.offset, o.offset, count, size);
 }
 
-void check_wait(const chorus::wait_spec& w, const chorus::ring_schedule& sch) {
+//! The rank at the end of a Broadcast / Reduce chain (the last to finish).
+int chain_end(const chorus::ring_schedule& sch) {
+    const int n = sch.n(), root = sch.plan.root;
+    return sch.plan.coll == chorus::collective::broadcast ? (root + n - 1) % n : root;
+}
+
+//! Steps wait only for ring neighbours; a chain's final wait may also name
+//! the end of the chain.
+void check_wait(const chorus::wait_spec& w, const chorus::ring_schedule& sch, bool final_wait = false) {
     if (w.peer < 0) return;
     CHORUS_FUZZ_CHECK(w.peer < sch.n() && w.peer != sch.r(), u64(w.peer), u64(sch.r()));
-    CHORUS_FUZZ_CHECK(w.peer == sch.pred() || w.peer == sch.succ(), u64(w.peer), u64(sch.pred() + 1),
-                      u64(sch.succ() + 1));
+    const bool chain = sch.plan.coll == chorus::collective::broadcast || sch.plan.coll == chorus::collective::reduce;
+    CHORUS_FUZZ_CHECK(w.peer == sch.pred() || w.peer == sch.succ() || (final_wait && chain && w.peer == chain_end(sch)),
+                      u64(w.peer), u64(sch.pred() + 1), u64(sch.succ() + 1));
     CHORUS_FUZZ_CHECK(w.units <= sch.plan.units(), w.units, sch.plan.units()); // more would never come
 }
 
@@ -225,7 +234,7 @@ void check_schedule(const chorus::ring_plan& p, const sizes& sz) {
                 check_wait(s.waits[0], sch);
                 check_wait(s.waits[1], sch);
             }
-    check_wait(sch.final_wait(), sch);
+    check_wait(sch.final_wait(), sch, true);
 }
 
 void check_plan(reader& rd, u64 elem, u64 off) {
