@@ -11,7 +11,9 @@ chorus_install_deps() {
   # clang + libclang-rt-14-dev: the libFuzzer phase of scripts/test (Debian 12's
   # clang is clang 14; libclang_rt.fuzzer*.a ship in libclang-rt-14-dev, only
   # a Recommends of clang-14, so it is named here).
-  local pkgs=(cmake g++ doctest-dev clang libclang-rt-14-dev)
+  # openmpi-bin + libopenmpi-dev: the MPI backend's tests and benchmark;
+  # python3-sklearn: the 8x8 digits the training example learns from.
+  local pkgs=(cmake g++ doctest-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev python3-sklearn)
   local missing=()
   local p
   for p in "${pkgs[@]}"; do

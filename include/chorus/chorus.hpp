@@ -12,6 +12,7 @@
 #include "plan/partition.hpp"
 #include "algo/schedule.hpp"
 #include "algo/ring.hpp"
+#include "algo/hierarchical.hpp"
 #include "async/future.hpp"
 #include "backend/threads.hpp"
 #include "collectives/all_reduce.hpp"

@@ -544,3 +544,32 @@ TEST_CASE("collectives with large counts match a serial reference") {
     MESSAGE("large counts (" << big_count << " elements): " << seconds_since(t0) << " s");
     log.report();
 }
+
+TEST_CASE("hierarchical<> on the threads backend (one node) runs its intra-node algorithm") {
+    using hier = chorus::hierarchical<chorus::ring<{.channels = 2, .chunk_bytes = 64}>>;
+    for (const int n : {1, 3, 4}) {
+        CAPTURE(n);
+        failure_log log;
+        chorus::run_threads(n, [&](comm_t& comm) {
+            const int r = comm.rank();
+            constexpr std::size_t count = 1001;
+            std::vector<float> in(count), out(count), all(count * std::size_t(n)), rs(count);
+            for (std::size_t i = 0; i < count; ++i) in[i] = float(i % 7 + std::size_t(r));
+            chorus::all_reduce<hier>(comm, std::span<const float>(in), std::span<float>(out));
+            chorus::all_gather<hier>(comm, std::span<const float>(in), std::span<float>(all));
+            for (std::size_t i = 0; i < count; ++i) {
+                if (out[i] != float(n) * float(i % 7) + float(n * (n - 1) / 2)) log.add(std::string("all_reduce rank ") + std::to_string(r) + " element " + std::to_string(i));
+                for (int q = 0; q < n; ++q)
+                    if (all[std::size_t(q) * count + i] != float(i % 7 + std::size_t(q))) log.add(std::string("all_gather rank ") + std::to_string(r) + " element " + std::to_string(i));
+            }
+            chorus::reduce_scatter<hier>(comm, std::span<const float>(all), std::span<float>(rs));
+            for (std::size_t i = 0; i < count; ++i)
+                if (rs[i] != float(n) * all[std::size_t(r) * count + i]) log.add(std::string("reduce_scatter rank ") + std::to_string(r) + " element " + std::to_string(i));
+            std::vector<float> b(in);
+            chorus::broadcast<hier>(comm, std::span<float>(b), n - 1);
+            for (std::size_t i = 0; i < count; ++i)
+                if (b[i] != float(i % 7 + std::size_t(n - 1))) log.add(std::string("broadcast rank ") + std::to_string(r) + " element " + std::to_string(i));
+        });
+        log.report();
+    }
+}

@@ -30,6 +30,7 @@
 #include "../core/error.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
+#include "host_common.hpp"
 #include "host_wait.hpp"
 
 namespace chorus {
@@ -43,59 +44,6 @@ template <class Backend>
 class communicator;
 
 namespace detail {
-
-//! What a rank registers for one collective. The buffer pointers are
-//! read only by peers that read or write those buffers, which cannot have
-//! moved past the collective yet; the signature is read by every peer a
-//! rank waits on (possibly while it already moves on), so it lives in
-//! atomics under a sequence lock (see sig_slot).
-struct descriptor {
-    std::uint64_t seq = 0;
-    const void* in = nullptr;
-    void* out = nullptr;
-    void* scratch = nullptr;
-    std::uint64_t count = 0;
-    std::uint64_t elem_bytes = 0;
-    collective coll = collective::barrier;
-    int root = 0;
-    int channels = 0;
-    std::uint64_t type_id = 0; //!< hash of the element type's name
-    std::uint64_t op_id = 0;   //!< hash of the operator type's name
-    std::uint64_t algo_id = 0; //!< hash of the algorithm policy type (with its tuning)
-    const char* type_name = "";
-    const char* op_name = "";
-    const char* algo_name = "";
-
-    bool same_call(const descriptor& o) const {
-        return seq == o.seq && coll == o.coll && count == o.count && elem_bytes == o.elem_bytes && root == o.root &&
-               channels == o.channels && type_id == o.type_id && op_id == o.op_id && algo_id == o.algo_id;
-    }
-    //! "all_reduce count 100 of float (4-byte elements), operator sum, root 0, algorithm ring<...>"
-    std::string call() const {
-        return std::string(collective_name(coll)) + " count " + std::to_string(count) + " of " + type_name + " (" +
-               std::to_string(elem_bytes) + "-byte elements), operator " + op_name + ", root " +
-               std::to_string(root) + ", algorithm " + algo_name;
-    }
-};
-
-//! A printable name of an algorithm policy with its tuning, e.g.
-//! "ring<channels=2,chunk_bytes=65536>".
-template <class Algo>
-const char* algo_name() {
-    static const std::string name = std::string(Algo::name) + "<channels=" + std::to_string(Algo::params.channels) +
-                                    ",chunk_bytes=" + std::to_string(Algo::params.chunk_bytes) + ">";
-    return name.c_str();
-}
-
-//! Checked mode default: CHORUS_CHECK=1/0, else on in debug builds.
-inline bool default_checked() {
-    if (const char* s = std::getenv("CHORUS_CHECK")) return s[0] != '\0' && s[0] != '0';
-#if defined(NDEBUG)
-    return false;
-#else
-    return true;
-#endif
-}
 
 //! The comparable part of a descriptor, published under a sequence lock so
 //! that a peer may read it while the owner already rewrites it for a later
@@ -139,20 +87,6 @@ struct sig_slot {
     }
 };
 
-//! A stable per-program identifier of a type (FNV-1a of its spelled name),
-//! so ranks can tell float from int32 and sum from a user operator.
-template <class X>
-constexpr std::uint64_t type_hash() {
-#if defined(__GNUC__) || defined(__clang__)
-    const char* s = __PRETTY_FUNCTION__;
-#else
-    const char* s = __FUNCSIG__;
-#endif
-    std::uint64_t h = 1469598103934665603ull;
-    for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
-    return h;
-}
-
 struct alignas(64) rank_slot {
     descriptor desc[2];            //!< indexed by seq & 1
     sig_slot sig[2];               //!< the same, comparable part, indexed by seq & 1
@@ -162,15 +96,6 @@ struct alignas(64) rank_slot {
     alignas(64) std::atomic<std::uint64_t> busy_seq{0};
     host_flag flags[max_channels]; //!< one per channel
 };
-
-inline std::chrono::milliseconds default_timeout() {
-    if (const char* s = std::getenv("CHORUS_TIMEOUT_MS")) {
-        char* end = nullptr;
-        const long long v = std::strtoll(s, &end, 10);
-        if (end != s && v > 0) return std::chrono::milliseconds(v);
-    }
-    return std::chrono::minutes(5);
-}
 
 //! State shared by the ranks of one threads communicator.
 class threads_world {
@@ -239,27 +164,6 @@ private:
     errc code_ = errc::aborted;
     backoff_policy backoff_{};
     std::uint64_t llc_bytes_ = std::uint64_t(32) << 20;
-};
-
-//! Scratch memory a rank registers: grown on demand (never per call once
-//! large enough), pre-faulted so no collective pays page faults.
-class scratch_buffer {
-public:
-    void* reserve(std::size_t bytes) {
-        if (bytes > bytes_) {
-            const std::size_t want = bytes < 2 * bytes_ ? 2 * bytes_ : bytes;
-            std::unique_ptr<std::byte[]> p(new std::byte[want]);
-            std::memset(p.get(), 0, want); // touch every page now
-            data_ = std::move(p);
-            bytes_ = want;
-        }
-        return data_.get();
-    }
-    std::size_t bytes() const noexcept { return bytes_; }
-
-private:
-    std::unique_ptr<std::byte[]> data_;
-    std::size_t bytes_ = 0;
 };
 
 //! Throws when `p` is GPU device memory: ranks that are host threads cannot
@@ -623,20 +527,7 @@ inline detail::status communicator<threads>::check_all(detail::descriptor& mine,
         same = same && d.same_call(mine);
     }
     if (same) return detail::status::ok;
-    report = "collective #" + std::to_string(seq) + " on this communicator was called differently: ";
-    for (int r = 0; r < n; ++r) {
-        const detail::descriptor& d = all_calls_[static_cast<std::size_t>(r)];
-        bool first = true;
-        for (int q = 0; q < r && first; ++q) first = !all_calls_[static_cast<std::size_t>(q)].same_call(d);
-        if (!first) continue;
-        std::string ranks;
-        int k = 0;
-        for (int q = r; q < n; ++q)
-            if (all_calls_[static_cast<std::size_t>(q)].same_call(d)) {
-                ranks += (k++ ? ", " : "") + std::to_string(q);
-            }
-        report += (r ? "; " : "") + std::string(k > 1 ? "ranks " : "rank ") + ranks + " called " + d.call();
-    }
+    report = detail::calls_report(seq, all_calls_);
     return detail::status::mismatch;
 }
 

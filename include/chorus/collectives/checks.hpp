@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "../algo/hierarchical.hpp"
 #include "../algo/schedule.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
@@ -61,8 +62,12 @@ constexpr bool check_reduction() {
         static_assert(callable, "chorus: the operator cannot combine two values of the element type "
                                 "(it needs T operator()(const T&, const T&) const)");
         constexpr bool order_ok = !Algo::reorders_operands || op_traits<Op>::commutative;
-        static_assert(order_ok, "chorus: ring<> reorders operands; the operator must be commutative "
-                                "(declare static constexpr bool commutative = true in the operator)");
+        if constexpr (hierarchical_policy<Algo>)
+            static_assert(order_ok, "chorus: hierarchical<> reorders operands; the operator must be commutative "
+                                    "(declare static constexpr bool commutative = true in the operator)");
+        else
+            static_assert(order_ok, "chorus: ring<> reorders operands; the operator must be commutative "
+                                    "(declare static constexpr bool commutative = true in the operator)");
         return integral_ok && arithmetic_ok && callable && order_ok;
     }
 }

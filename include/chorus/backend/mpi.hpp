@@ -1,0 +1,1027 @@
+#pragma once
+//! \file backend/mpi.hpp
+//! The MPI backend: ranks are MPI processes, possibly on many nodes. MPI
+//! launches, places and connects them; chorus moves the data with its own
+//! algorithms, operators, partitioning and async API.
+//!
+//! Every collective runs as one engine over a *node split* of the ranks:
+//!  1. each rank copies its share of the input into its window (shared
+//!     memory with the other ranks of its node);
+//!  2. intra-node: each rank reduces (or gathers) its block of the node's
+//!     data straight out of its node peers' windows, in local rank order;
+//!  3. inter-node: the owners of each segment (one per node) combine it
+//!     over MPI point-to-point, pipelined in chunks: a ring all-reduce
+//!     (AllReduce), a chain reduce to the node that needs it
+//!     (ReduceScatter, Reduce) or a chain broadcast from the node that
+//!     has it (AllGather, Broadcast);
+//!  4. each rank copies what it needs out of its node peers' windows.
+//! Large buffers go through the windows in pieces. hierarchical<Intra,
+//! Inter> uses the real node split (or the emulated one of
+//! CHORUS_RANKS_PER_NODE); ring<> treats every rank as its own node, so
+//! everything moves as a ring over MPI point-to-point.
+//!
+//! Include <chorus/mpi.hpp> and link MPI (CMake: MPI::MPI_CXX).
+
+// Only MPI's C API is used; keep the deprecated C++ bindings (and their
+// warnings) out.
+#if !defined(OMPI_SKIP_MPICXX)
+#  define OMPI_SKIP_MPICXX 1
+#endif
+#if !defined(MPICH_SKIP_MPICXX)
+#  define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "../algo/hierarchical.hpp"
+#include "../algo/ring.hpp"
+#include "../async/future.hpp"
+#include "../async/host_stream.hpp"
+#include "../collectives/checks.hpp"
+#include "../core/element.hpp"
+#include "../core/error.hpp"
+#include "../exec/host_reduce_copy.hpp"
+#include "../ops/traits.hpp"
+#include "../plan/partition.hpp"
+#include "host_common.hpp"
+#include "host_wait.hpp"
+#include "shm.hpp"
+
+namespace chorus {
+
+//! Backend tag: ranks are MPI processes (see communicator<mpi>).
+struct mpi {
+    static constexpr const char* name = "mpi";
+};
+
+template <class Backend>
+class communicator;
+
+namespace detail {
+
+//! Throws chorus::error for a failed MPI call.
+inline void mpi_check(int rc, const char* what) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING] = {};
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw error(errc::internal, std::string("chorus: ") + what + " failed: " + msg);
+}
+
+//! Which ranks share a node. Nodes are numbered by their smallest rank;
+//! within a node ranks keep their communicator order (local rank).
+struct mpi_topology {
+    std::vector<int> node_of, local_of;
+    std::vector<std::vector<int>> nodes;
+    int min_node_size = 1;
+
+    static mpi_topology from_nodes(std::vector<std::vector<int>> nodes, int n) {
+        mpi_topology t;
+        t.nodes = std::move(nodes);
+        t.node_of.assign(static_cast<std::size_t>(n), -1);
+        t.local_of.assign(static_cast<std::size_t>(n), -1);
+        t.min_node_size = n;
+        for (std::size_t k = 0; k < t.nodes.size(); ++k) {
+            for (std::size_t l = 0; l < t.nodes[k].size(); ++l) {
+                t.node_of[static_cast<std::size_t>(t.nodes[k][l])] = static_cast<int>(k);
+                t.local_of[static_cast<std::size_t>(t.nodes[k][l])] = static_cast<int>(l);
+            }
+            t.min_node_size = std::min(t.min_node_size, static_cast<int>(t.nodes[k].size()));
+        }
+        return t;
+    }
+    //! Every rank its own node (ring<> over point-to-point).
+    static mpi_topology flat(int n) {
+        std::vector<std::vector<int>> nodes(static_cast<std::size_t>(n));
+        for (int r = 0; r < n; ++r) nodes[static_cast<std::size_t>(r)] = {r};
+        return from_nodes(std::move(nodes), n);
+    }
+    int size(int node) const { return static_cast<int>(nodes[static_cast<std::size_t>(node)].size()); }
+    int count() const { return static_cast<int>(nodes.size()); }
+};
+
+//! Parses CHORUS_RANKS_PER_NODE: "k" (nodes of k consecutive ranks, the
+//! last one possibly smaller) or "a,b,c" (node sizes, summing to n).
+inline std::vector<std::vector<int>> emulated_nodes(const std::string& spec, int n) {
+    auto bad = [&](const std::string& why) -> std::vector<std::vector<int>> {
+        throw error(errc::invalid_argument,
+                    "chorus: CHORUS_RANKS_PER_NODE='" + spec + "' " + why + " (for " + std::to_string(n) +
+                        " ranks; give ranks per node, e.g. 2, or every node's size, e.g. 3,2,1)");
+    };
+    std::vector<long> sizes;
+    const char* s = spec.c_str();
+    while (*s != '\0') {
+        char* end = nullptr;
+        const long v = std::strtol(s, &end, 10);
+        if (end == s || v <= 0) return bad("is not a list of positive integers");
+        sizes.push_back(v);
+        s = end;
+        if (*s == ',') ++s;
+        else if (*s != '\0') return bad("is not a list of positive integers");
+    }
+    if (sizes.empty()) return bad("is empty");
+    if (sizes.size() == 1) {
+        const long k = sizes[0];
+        sizes.clear();
+        for (long left = n; left > 0; left -= k) sizes.push_back(std::min(k, left));
+    }
+    long total = 0;
+    for (long v : sizes) total += v;
+    if (total != n) return bad("sums to " + std::to_string(total));
+    std::vector<std::vector<int>> nodes;
+    int r = 0;
+    for (long v : sizes) {
+        nodes.emplace_back();
+        for (long i = 0; i < v; ++i) nodes.back().push_back(r++);
+    }
+    return nodes;
+}
+
+//! The fixed-size call description ranks exchange in checked mode.
+struct mpi_signature {
+    std::uint64_t seq, count, elem_bytes, type_id, op_id, algo_id;
+    std::int32_t coll, root, channels, pad;
+    char type_name[48], op_name[48], algo_name[96];
+
+    static void copy(char* dst, std::size_t n, const char* src) {
+        std::strncpy(dst, src, n - 1);
+        dst[n - 1] = '\0';
+    }
+    static mpi_signature of(const descriptor& d) {
+        mpi_signature s{};
+        s.seq = d.seq;
+        s.count = d.count;
+        s.elem_bytes = d.elem_bytes;
+        s.type_id = d.type_id;
+        s.op_id = d.op_id;
+        s.algo_id = d.algo_id;
+        s.coll = static_cast<std::int32_t>(d.coll);
+        s.root = d.root;
+        s.channels = d.channels;
+        copy(s.type_name, sizeof s.type_name, d.type_name);
+        copy(s.op_name, sizeof s.op_name, d.op_name);
+        copy(s.algo_name, sizeof s.algo_name, d.algo_name);
+        return s;
+    }
+    descriptor to_descriptor() const {
+        descriptor d{};
+        d.seq = seq;
+        d.count = count;
+        d.elem_bytes = elem_bytes;
+        d.type_id = type_id;
+        d.op_id = op_id;
+        d.algo_id = algo_id;
+        d.coll = static_cast<collective>(coll);
+        d.root = root;
+        d.channels = channels;
+        d.type_name = type_name;
+        d.op_name = op_name;
+        d.algo_name = algo_name;
+        return d;
+    }
+};
+
+//! Per local rank, in the node segment.
+struct alignas(64) node_slot {
+    std::atomic<std::uint64_t> barrier{0}; //!< node barriers this rank has entered
+    std::atomic<std::int32_t> pid{0};
+};
+struct alignas(64) node_header {
+    std::atomic<std::int64_t> aborted_by{0}; //!< 1 + rank of the first node rank that failed; 0: fine
+};
+
+//! The windows of one node's ranks for one communicator: shared memory
+//! when the node has several ranks, private memory when it has one.
+class node_area {
+public:
+    node_area() = default;
+    node_area(const node_area&) = delete;
+    node_area& operator=(const node_area&) = delete;
+
+    //! Collective over `node_comm` (the ranks of this node).
+    void init(MPI_Comm node_comm, std::size_t window_bytes) {
+        window_ = window_bytes;
+        mpi_check(MPI_Comm_rank(node_comm, &local_), "MPI_Comm_rank");
+        mpi_check(MPI_Comm_size(node_comm, &size_), "MPI_Comm_size");
+        const std::size_t head = round_up(sizeof(node_header) + sizeof(node_slot) * std::size_t(size_), 4096);
+        const std::size_t bytes = head + window_ * std::size_t(size_);
+        if (size_ == 1) {
+            private_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t(4096))));
+            base_ = private_.get();
+            std::memset(base_, 0, head); // the windows are touched on first use
+            new (base_) node_header();
+            new (base_ + sizeof(node_header)) node_slot();
+        } else {
+            static std::atomic<unsigned> serial{0};
+            char name[64] = {};
+            int ok = 1;
+            std::string err;
+            if (local_ == 0) {
+                std::snprintf(name, sizeof name, "/chorus-%d-%u", static_cast<int>(getpid()), serial++);
+                try {
+                    seg_ = shm_segment::create(name, bytes);
+                } catch (const error& e) {
+                    ok = 0;
+                    err = e.what();
+                }
+            }
+            mpi_check(MPI_Bcast(&ok, 1, MPI_INT, 0, node_comm), "MPI_Bcast");
+            if (!ok) throw error(errc::internal, local_ == 0 ? err : "chorus: the node's shared memory segment could not be created");
+            mpi_check(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, node_comm), "MPI_Bcast");
+            if (local_ != 0) seg_ = shm_segment::open(name, bytes);
+            mpi_check(MPI_Barrier(node_comm), "MPI_Barrier");
+            if (local_ == 0) shm_segment::unlink(name); // everyone mapped it
+            base_ = seg_.data();
+        }
+        header().aborted_by.store(0);
+        slot(local_).pid.store(static_cast<std::int32_t>(getpid()));
+        windows_ = base_ + head;
+        if (size_ > 1) mpi_check(MPI_Barrier(node_comm), "MPI_Barrier"); // pids are published
+    }
+
+    int local() const noexcept { return local_; }
+    int size() const noexcept { return size_; }
+    std::size_t window_bytes() const noexcept { return window_; }
+    node_header& header() const { return *reinterpret_cast<node_header*>(base_); }
+    node_slot& slot(int q) const {
+        return reinterpret_cast<node_slot*>(base_ + sizeof(node_header))[q];
+    }
+    //! A window: two small buffers for one-shot collectives (used
+    //! alternately), then the input half and the output half of the rest.
+    static constexpr std::size_t small_bytes = std::size_t(32) << 10;
+    std::size_t half_bytes() const noexcept { return (window_ - 2 * small_bytes) / 2 / 64 * 64; }
+    template <class T>
+    T* small_area(int q, unsigned which) const {
+        return reinterpret_cast<T*>(windows_ + window_ * std::size_t(q) + small_bytes * (which & 1u));
+    }
+    template <class T>
+    T* in_area(int q) const { return reinterpret_cast<T*>(windows_ + window_ * std::size_t(q) + 2 * small_bytes); }
+    template <class T>
+    T* out_area(int q) const {
+        return reinterpret_cast<T*>(windows_ + window_ * std::size_t(q) + 2 * small_bytes + half_bytes());
+    }
+
+    std::uint64_t next_epoch() noexcept { return ++epoch_; }
+    //! Which small buffer the next one-shot collective uses: they alternate,
+    //! so a rank rewrites one only after every peer passed the barrier of
+    //! the one-shot after the one that read it.
+    unsigned next_small() noexcept { return small_turn_++ & 1u; }
+
+private:
+    static std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
+    struct aligned_delete {
+        void operator()(std::byte* p) const { ::operator delete(p, std::align_val_t(4096)); }
+    };
+    shm_segment seg_;
+    std::unique_ptr<std::byte, aligned_delete> private_;
+    std::byte* base_ = nullptr;
+    std::byte* windows_ = nullptr;
+    std::size_t window_ = 0;
+    int local_ = 0, size_ = 1;
+    std::uint64_t epoch_ = 0;
+    unsigned small_turn_ = 0;
+};
+
+//! Window size per rank: CHORUS_SHM_BYTES, default 16 MiB, at least 256 KiB.
+inline std::size_t default_window_bytes() {
+    std::size_t w = std::size_t(16) << 20;
+    if (const char* s = std::getenv("CHORUS_SHM_BYTES")) {
+        char* end = nullptr;
+        const long long v = std::strtoll(s, &end, 10);
+        if (end != s && v > 0) w = static_cast<std::size_t>(v);
+    }
+    w = std::max<std::size_t>(w, std::size_t(256) << 10);
+    return (w + 4095) / 4096 * 4096;
+}
+
+} // namespace detail
+
+//! A rank's handle on an MPI communicator. Construction and split() are
+//! collective over the MPI communicator (they set up the node split and
+//! the shared-memory windows, once: no collective allocates them).
+//! All ranks must issue collectives in the same order. Not copyable or
+//! movable (the async stream refers to it). Async collectives run on a
+//! worker thread, so they need MPI initialised with MPI_THREAD_MULTIPLE.
+template <>
+class communicator<mpi> {
+public:
+    explicit communicator(MPI_Comm parent) : timeout_(detail::default_timeout()), checked_(detail::default_checked()) {
+        using detail::mpi_check;
+        int initialized = 0;
+        MPI_Initialized(&initialized);
+        if (!initialized)
+            throw error(errc::invalid_argument, "chorus::communicator<mpi>: MPI is not initialised (call MPI_Init_thread first)");
+        mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
+        MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+        mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+        mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+        MPI_Query_thread(&thread_level_);
+
+        // Real nodes: who shares memory with whom.
+        MPI_Comm shared = MPI_COMM_NULL;
+        mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared),
+                  "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+        int leader = rank_;
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared), "MPI_Allreduce");
+        MPI_Comm_free(&shared);
+        // Emulated nodes are a property of the process (its rank in
+        // MPI_COMM_WORLD), so a split() communicator keeps them.
+        int emulated = -1;
+        const char* spec = std::getenv("CHORUS_RANKS_PER_NODE");
+        if (spec != nullptr && spec[0] != '\0') {
+            int wrank = 0, wsize = 1;
+            MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+            MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+            const auto world_nodes = detail::emulated_nodes(spec, wsize);
+            for (std::size_t k = 0; k < world_nodes.size(); ++k)
+                for (int r : world_nodes[k])
+                    if (r == wrank) emulated = static_cast<int>(k);
+        }
+        int mine[3] = {leader, static_cast<int>(getpid()), emulated};
+        std::vector<int> all(3 * static_cast<std::size_t>(size_));
+        mpi_check(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, comm_), "MPI_Allgather");
+        real_node_.resize(static_cast<std::size_t>(size_));
+        pids_.resize(static_cast<std::size_t>(size_));
+        std::vector<int> node_key(static_cast<std::size_t>(size_));
+        for (int r = 0; r < size_; ++r) {
+            const std::size_t i = static_cast<std::size_t>(r);
+            real_node_[i] = all[3 * i];
+            pids_[i] = all[3 * i + 1];
+            node_key[i] = all[3 * i + 2] >= 0 ? all[3 * i + 2] : real_node_[i];
+        }
+        // Nodes in order of their smallest rank; ranks in communicator order.
+        std::vector<std::vector<int>> nodes;
+        std::vector<int> keys;
+        for (int r = 0; r < size_; ++r) {
+            const int key = node_key[static_cast<std::size_t>(r)];
+            const auto it = std::find(keys.begin(), keys.end(), key);
+            if (it == keys.end()) {
+                keys.push_back(key);
+                nodes.push_back({r});
+            } else {
+                nodes[static_cast<std::size_t>(it - keys.begin())].push_back(r);
+            }
+        }
+        for (const auto& nd : nodes)
+            for (int r : nd)
+                if (real_node_[static_cast<std::size_t>(r)] != real_node_[static_cast<std::size_t>(nd[0])])
+                    throw error(errc::invalid_argument,
+                                std::string("chorus: CHORUS_RANKS_PER_NODE='") + (spec ? spec : "") +
+                                    "' puts ranks " + std::to_string(nd[0]) + " and " + std::to_string(r) +
+                                    " on one node, but they do not share memory");
+        node_topo_ = detail::mpi_topology::from_nodes(std::move(nodes), size_);
+        flat_topo_ = detail::mpi_topology::flat(size_);
+
+        // Every rank must use the same window size (pieces are planned from it).
+        long long w = static_cast<long long>(detail::default_window_bytes());
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_LONG_LONG, MPI_MIN, comm_), "MPI_Allreduce");
+        const int node = node_topo_.node_of[static_cast<std::size_t>(rank_)];
+        MPI_Comm node_comm = MPI_COMM_NULL;
+        mpi_check(MPI_Comm_split(comm_, node, rank_, &node_comm), "MPI_Comm_split");
+        try {
+            node_area_.init(node_comm, static_cast<std::size_t>(w));
+        } catch (...) {
+            MPI_Comm_free(&node_comm);
+            throw;
+        }
+        MPI_Comm_free(&node_comm);
+        window_bytes_ = static_cast<std::size_t>(w);
+        // Spinning only steals the core from the rank being waited for when
+        // the machine runs more of our processes than it has cores.
+        const unsigned hw = std::thread::hardware_concurrency();
+        const auto here = std::count(real_node_.begin(), real_node_.end(), real_node_[static_cast<std::size_t>(rank_)]);
+        if (hw != 0 && static_cast<unsigned>(here) > hw) backoff_.spin = std::chrono::microseconds(2);
+    }
+    communicator(const communicator&) = delete;
+    communicator& operator=(const communicator&) = delete;
+    ~communicator() {
+        stream_.drain();
+        int finalized = 0;
+        MPI_Finalized(&finalized);
+        if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+    }
+
+    int rank() const noexcept { return rank_; }
+    int size() const noexcept { return size_; }
+    //! The communicator's own MPI communicator (a duplicate of the one given).
+    MPI_Comm mpi_comm() const noexcept { return comm_; }
+    //! The node split hierarchical<> uses: this rank's node, its rank
+    //! within the node, the node's size and the number of nodes.
+    int node() const { return node_topo_.node_of[static_cast<std::size_t>(rank_)]; }
+    int local_rank() const { return node_topo_.local_of[static_cast<std::size_t>(rank_)]; }
+    int local_size() const { return node_topo_.size(node()); }
+    int nodes() const { return node_topo_.count(); }
+
+    //! Collective: a new communicator of the ranks that pass the same
+    //! `color`, ordered by `key` (as MPI_Comm_split); nullptr for
+    //! MPI_UNDEFINED.
+    std::unique_ptr<communicator> split(int color, int key) const {
+        MPI_Comm sub = MPI_COMM_NULL;
+        detail::mpi_check(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
+        if (sub == MPI_COMM_NULL) return nullptr;
+        struct release {
+            MPI_Comm& c;
+            ~release() { MPI_Comm_free(&c); }
+        } on_exit{sub};
+        return std::make_unique<communicator>(sub);
+    }
+
+    void set_timeout(std::chrono::milliseconds t) {
+        if (t.count() <= 0) throw error(errc::invalid_argument, "chorus::communicator::set_timeout: `t` must be positive");
+        timeout_ = t;
+    }
+    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+    void set_call_timeout(std::chrono::milliseconds t) noexcept { call_timeout_ = t; }
+    std::chrono::milliseconds call_timeout() const noexcept { return call_timeout_; }
+    //! Checked mode: before moving data, all ranks exchange their calls
+    //! (one MPI_Iallgather) and fail together, with the same report, when
+    //! they disagree.
+    void set_checked(bool on) noexcept { checked_ = on; }
+    bool checked() const noexcept { return checked_; }
+
+    //! Breaks this communicator on this rank, and on every rank of its
+    //! node (shared memory); ranks on other nodes fail at their deadline.
+    void abort(const std::string& why = "comm.abort() called") {
+        fail_reason("rank " + std::to_string(rank_) + ": " + why, errc::aborted);
+    }
+    bool broken() const noexcept {
+        return broken_.load(std::memory_order_acquire) || node_area_.header().aborted_by.load() != 0;
+    }
+    void synchronize() { stream_.drain(); }
+
+    //! \internal Runs (or queues) one collective. Buffers were validated by the caller.
+    template <class T, class Op, class Algo>
+    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async) {
+        if (broken())
+            throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
+                                           ": the communicator is broken (" + reason() + "); create a new one");
+        if (async && thread_level_ < MPI_THREAD_MULTIPLE)
+            throw error(errc::invalid_argument,
+                        std::string("chorus::") + collective_name(coll) +
+                            "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but async collectives run on "
+                            "chorus's worker thread (use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
+        const std::uint64_t seq = next_seq_++;
+        const call_settings cs{call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_};
+        auto task = [this, coll, in, out, count, op, root, seq, cs] {
+            run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs);
+        };
+        if (async)
+            return stream_.enqueue(std::function<void()>(task), [this, coll] {
+                fail_reason("rank " + std::to_string(rank_) + " left an unfinished " + collective_name(coll) +
+                                " behind while an exception unwound",
+                            errc::peer_failed);
+            });
+        stream_.run_sync(task);
+        return future();
+    }
+
+private:
+    struct call_settings {
+        std::chrono::milliseconds timeout;
+        bool checked;
+    };
+    template <class T, class Op>
+    struct engine;
+
+    void fail_reason(const std::string& why, errc code) {
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            if (!broken_.load()) {
+                reason_ = why;
+                code_ = code;
+            }
+            broken_.store(true, std::memory_order_release);
+        }
+        std::int64_t expected = 0;
+        node_area_.header().aborted_by.compare_exchange_strong(expected, rank_ + 1);
+    }
+    std::string reason() const {
+        std::lock_guard<std::mutex> lk(m_);
+        if (!reason_.empty()) return reason_;
+        const std::int64_t by = node_area_.header().aborted_by.load();
+        return by ? "rank " + std::to_string(by - 1) + " on this node failed" : std::string();
+    }
+
+    template <class T, class Op, class Algo>
+    void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq,
+             call_settings cs);
+    void check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline);
+
+    MPI_Comm comm_ = MPI_COMM_NULL;
+    int rank_ = 0, size_ = 1;
+    int thread_level_ = MPI_THREAD_SINGLE;
+    std::vector<int> real_node_, pids_;
+    detail::mpi_topology node_topo_, flat_topo_;
+    detail::node_area node_area_;
+    std::unique_ptr<detail::node_area> flat_area_; //!< private windows for ring<> (every rank its own node)
+    std::size_t window_bytes_ = 0;
+    detail::backoff_policy backoff_{};
+    std::uint64_t next_seq_ = 1;
+    std::chrono::milliseconds timeout_;
+    std::chrono::milliseconds call_timeout_{0};
+    bool checked_;
+    std::atomic<bool> broken_{false};
+    mutable std::mutex m_;
+    std::string reason_;
+    errc code_ = errc::aborted;
+    std::vector<std::byte> tmp_; //!< receive buffer of the inter-node phase
+    detail::host_stream stream_;
+};
+
+//! One collective on one rank: the engine described at the top of this file.
+template <class T, class Op>
+struct communicator<mpi>::engine {
+    communicator<mpi>& self;
+    const detail::mpi_topology& tp;
+    detail::node_area& area;
+    Op op;
+    std::chrono::steady_clock::time_point deadline;
+    std::uint64_t chunk_elems; //!< inter-node message size (elements)
+    alignment align = alignment_of(sizeof(T), 0);
+    std::vector<MPI_Request> sends{}; //!< outstanding sends of a chain
+    int bad_peer = -1;
+    const char* doing = "";
+    int mpi_rc = MPI_SUCCESS;
+
+    int me() const { return self.rank_; }
+    int node() const { return tp.node_of[static_cast<std::size_t>(me())]; }
+    int L() const { return area.size(); }
+    int l() const { return area.local(); }
+    T* tmp(std::uint64_t elems) {
+        if (self.tmp_.size() < elems * sizeof(T)) self.tmp_.resize(elems * sizeof(T));
+        return reinterpret_cast<T*>(self.tmp_.data());
+    }
+
+    //! What every wait checks between polls.
+    detail::status check_peer(int peer) const {
+        if (self.broken()) return detail::status::aborted;
+        if (peer >= 0 && self.real_node_[static_cast<std::size_t>(peer)] ==
+                             self.real_node_[static_cast<std::size_t>(me())] &&
+            !detail::process_alive(self.pids_[static_cast<std::size_t>(peer)]))
+            return detail::status::peer_exited;
+        return detail::status::ok;
+    }
+
+    //! All ranks of this node entered the barrier.
+    detail::status node_barrier() {
+        if (L() == 1) return detail::status::ok;
+        const std::uint64_t e = area.next_epoch();
+        area.slot(l()).barrier.store(e, std::memory_order_seq_cst);
+        const auto& ranks = tp.nodes[static_cast<std::size_t>(node())];
+        for (int q = 0; q < L(); ++q) {
+            if (q == l()) continue;
+            const int peer = ranks[static_cast<std::size_t>(q)];
+            const detail::status st = detail::poll_until(
+                [&] { return area.slot(q).barrier.load(std::memory_order_acquire) >= e; },
+                [&] { return check_peer(peer); }, deadline, self.backoff_);
+            if (st != detail::status::ok) {
+                bad_peer = peer;
+                doing = "a node barrier";
+                return st;
+            }
+        }
+        return detail::status::ok;
+    }
+
+    detail::status wait(MPI_Request* reqs, int k, int peer) {
+        int done = 0;
+        const detail::status st = detail::poll_until(
+            [&] {
+                if (const int rc = MPI_Testall(k, reqs, &done, MPI_STATUSES_IGNORE); rc != MPI_SUCCESS) {
+                    done = 1; // reported below
+                    mpi_rc = rc;
+                }
+                return done != 0;
+            },
+            [&] { return check_peer(peer); }, deadline, self.backoff_);
+        if (st != detail::status::ok) {
+            bad_peer = peer;
+            doing = "a point-to-point transfer";
+            for (int i = 0; i < k; ++i) drop(reqs[i]);
+        }
+        if (mpi_rc != MPI_SUCCESS) detail::mpi_check(mpi_rc, "MPI_Testall"); // a bug: sizes disagree
+        return st;
+    }
+    static void drop(MPI_Request& r) {
+        if (r == MPI_REQUEST_NULL) return;
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+    }
+    void isend(const T* p, std::uint64_t m, int peer, MPI_Request* r) {
+        detail::mpi_check(MPI_Isend(p, static_cast<int>(m * sizeof(T)), MPI_BYTE, peer, 7, self.comm_, r), "MPI_Isend");
+    }
+    void irecv(T* p, std::uint64_t m, int peer, MPI_Request* r) {
+        detail::mpi_check(MPI_Irecv(p, static_cast<int>(m * sizeof(T)), MPI_BYTE, peer, 7, self.comm_, r), "MPI_Irecv");
+    }
+    //! A chain keeps at most this many sends in flight: enough to pipeline,
+    //! and bounded (each is a rendezvous the receiver must serve).
+    static constexpr std::size_t max_in_flight = 4;
+    detail::status forward(const T* p, std::uint64_t m, int peer) {
+        if (sends.size() == max_in_flight) {
+            if (const detail::status st = wait(sends.data(), 1, peer); st != detail::status::ok) return st;
+            sends.erase(sends.begin());
+        }
+        sends.push_back(MPI_REQUEST_NULL);
+        isend(p, m, peer, &sends.back());
+        return detail::status::ok;
+    }
+    detail::status wait_sends() {
+        if (sends.empty()) return detail::status::ok;
+        const detail::status st = wait(sends.data(), static_cast<int>(sends.size()), -1);
+        sends.clear();
+        return st;
+    }
+
+    //! Ring all-reduce of buf[0, m) among owners[0..N) (one per node, in
+    //! node order); this rank is owners[k]. Per chunk: N-1 reduce-scatter
+    //! steps, then N-1 all-gather steps. dst = (value from pred) op (own).
+    detail::status ring_all_reduce(T* buf, std::uint64_t m, const std::vector<int>& owners, int k) {
+        const int N = static_cast<int>(owners.size());
+        if (N == 1 || m == 0) return detail::status::ok;
+        const int succ = owners[static_cast<std::size_t>((k + 1) % N)];
+        const int pred = owners[static_cast<std::size_t>((k + N - 1) % N)];
+        const std::uint64_t chunk = chunk_elems * std::uint64_t(N);
+        T* t = tmp(max_part_bound(std::min(chunk, m), std::uint64_t(N), align) + 1);
+        for (std::uint64_t c0 = 0; c0 < m; c0 += chunk) {
+            const index_range ch{c0, std::min(m, c0 + chunk)};
+            auto part = [&](int i) { return chorus::split(ch, std::uint64_t(detail::mod(i, N)), std::uint64_t(N), align); };
+            for (int s = 0; s < N - 1; ++s) {
+                const index_range tx = part(k - s), rx = part(k - s - 1);
+                MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+                irecv(t, rx.size(), pred, &r[0]);
+                isend(buf + tx.begin, tx.size(), succ, &r[1]);
+                if (const detail::status st = wait(r, 2, pred); st != detail::status::ok) return st;
+                detail::host_reduce_copy(buf + rx.begin, static_cast<T*>(nullptr), t, buf + rx.begin,
+                                         static_cast<std::size_t>(rx.size()), op, 0, false);
+            }
+            for (int s = 0; s < N - 1; ++s) {
+                const index_range tx = part(k + 1 - s), rx = part(k - s);
+                MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+                irecv(buf + rx.begin, rx.size(), pred, &r[0]);
+                isend(buf + tx.begin, tx.size(), succ, &r[1]);
+                if (const detail::status st = wait(r, 2, pred); st != detail::status::ok) return st;
+            }
+        }
+        return detail::status::ok;
+    }
+
+    //! Chain reduce of buf[0, m) towards owners[dest]: the chain starts at
+    //! the node after dest and ends at dest; each link adds its own value
+    //! (value from pred) op (own) and forwards, chunk by chunk (pipelined).
+    detail::status chain_reduce(T* buf, std::uint64_t m, const std::vector<int>& owners, int k, int dest) {
+        const int N = static_cast<int>(owners.size());
+        if (N == 1 || m == 0) return detail::status::ok;
+        const int pos = detail::mod(k - dest - 1, N); // 0: start, N-1: dest
+        const int succ = owners[static_cast<std::size_t>((k + 1) % N)];
+        const int pred = owners[static_cast<std::size_t>((k + N - 1) % N)];
+        T* t = tmp(std::min(chunk_elems, m));
+        for (std::uint64_t c0 = 0; c0 < m; c0 += chunk_elems) {
+            const std::uint64_t len = std::min(chunk_elems, m - c0);
+            if (pos > 0) {
+                MPI_Request r = MPI_REQUEST_NULL;
+                irecv(t, len, pred, &r);
+                if (const detail::status st = wait(&r, 1, pred); st != detail::status::ok) return st;
+                detail::host_reduce_copy(buf + c0, static_cast<T*>(nullptr), t, buf + c0, static_cast<std::size_t>(len),
+                                         op, 0, false);
+            }
+            if (pos < N - 1)
+                if (const detail::status st = forward(buf + c0, len, succ); st != detail::status::ok) return st;
+        }
+        return wait_sends();
+    }
+
+    //! Chain broadcast of buf[0, m) from owners[src] around the ring, chunk by chunk.
+    detail::status chain_bcast(T* buf, std::uint64_t m, const std::vector<int>& owners, int k, int src) {
+        const int N = static_cast<int>(owners.size());
+        if (N == 1 || m == 0) return detail::status::ok;
+        const int pos = detail::mod(k - src, N);
+        const int succ = owners[static_cast<std::size_t>((k + 1) % N)];
+        const int pred = owners[static_cast<std::size_t>((k + N - 1) % N)];
+        for (std::uint64_t c0 = 0; c0 < m; c0 += chunk_elems) {
+            const std::uint64_t len = std::min(chunk_elems, m - c0);
+            if (pos > 0) {
+                MPI_Request r = MPI_REQUEST_NULL;
+                irecv(buf + c0, len, pred, &r);
+                if (const detail::status st = wait(&r, 1, pred); st != detail::status::ok) return st;
+            }
+            if (pos < N - 1)
+                if (const detail::status st = forward(buf + c0, len, succ); st != detail::status::ok) return st;
+        }
+        return wait_sends();
+    }
+
+    //! Block q of this node's split of a V-element vector.
+    index_range block(std::uint64_t V, int q, int Lk) const {
+        return chorus::split({0, V}, std::uint64_t(q), std::uint64_t(Lk), align);
+    }
+    //! The rank of node k' that owns the segment starting at s0.
+    int owner(std::uint64_t V, int kk, std::uint64_t s0) const {
+        const int Lk = tp.size(kk);
+        for (int q = 0; q < Lk; ++q) {
+            const index_range b = block(V, q, Lk);
+            if (b.begin <= s0 && s0 < b.end) return tp.nodes[static_cast<std::size_t>(kk)][static_cast<std::size_t>(q)];
+        }
+        return -1;
+    }
+
+    //! Runs collective `coll` over all pieces.
+    detail::status run(collective coll, const T* in, T* out, std::uint64_t count, int root) {
+        const int n = self.size_;
+        if (tp.count() == 1 && L() > 1) {
+            // One node: collectives whose input share fits a small buffer
+            // run one-shot (one barrier, then every rank reads what it
+            // needs straight from its peers' small buffers).
+            const std::uint64_t share = coll == collective::reduce_scatter ? count * std::uint64_t(n) : count;
+            if (share * sizeof(T) <= detail::node_area::small_bytes) return one_shot(coll, in, out, count, root);
+        }
+        const std::uint64_t half = area.half_bytes() / sizeof(T); // elements per window half
+        // Piece length p (elements of `count`) such that every rank's input
+        // share and output block fit in its window halves, on every node.
+        std::uint64_t pmax = half;
+        if (coll == collective::reduce_scatter) pmax = half / std::uint64_t(n);
+        if (coll == collective::all_gather) pmax = std::min<std::uint64_t>(half, half * std::uint64_t(tp.min_node_size) / std::uint64_t(n));
+        // Blocks are split at aligned indices, so a block may exceed V/L by a granule.
+        const std::uint64_t slack = align.aligned ? align.granule : 1;
+        pmax = pmax > 2 * slack ? pmax - 2 * slack : 0;
+        if (pmax == 0)
+            throw error(errc::invalid_argument, std::string("chorus::") + collective_name(coll) + ": elements of " +
+                                                    std::to_string(sizeof(T)) + " bytes do not fit the " +
+                                                    std::to_string(area.window_bytes()) +
+                                                    "-byte shared-memory windows for " + std::to_string(n) +
+                                                    " ranks; raise CHORUS_SHM_BYTES");
+        for (std::uint64_t a = 0; a < count; a += pmax) {
+            const std::uint64_t p = std::min(pmax, count - a);
+            if (const detail::status st = piece(coll, in, out, count, root, a, p); st != detail::status::ok) return st;
+        }
+        return detail::status::ok;
+    }
+
+    //! One node, small input: copy in, one barrier, read peers directly.
+    detail::status one_shot(collective coll, const T* in, T* out, std::uint64_t count, int root) {
+        const int n = self.size_;
+        const unsigned which = area.next_small();
+        T* mine = area.small_area<T>(l(), which);
+        const std::uint64_t share = coll == collective::reduce_scatter ? count * std::uint64_t(n) : count;
+        if (coll != collective::broadcast || me() == root)
+            std::memcpy(static_cast<void*>(mine), static_cast<const void*>(in), share * sizeof(T));
+        if (const detail::status st = node_barrier(); st != detail::status::ok) return st;
+        // every rank of the communicator is on this node: local rank == rank
+        auto src = [&](int q) { return static_cast<const T*>(area.small_area<T>(q, which)); };
+        const std::uint64_t off = coll == collective::reduce_scatter ? std::uint64_t(me()) * count : 0;
+        const std::size_t m = static_cast<std::size_t>(count);
+        switch (coll) {
+        case collective::all_reduce:
+        case collective::reduce_scatter:
+        case collective::reduce:
+            if (coll == collective::reduce && me() != root) break;
+            detail::host_reduce_copy(out, static_cast<T*>(nullptr), src(0) + off, src(1) + off, m, op,
+                                     n == 2 ? n : 0, false);
+            for (int q = 2; q < n; ++q)
+                detail::host_reduce_copy(out, static_cast<T*>(nullptr), static_cast<const T*>(out), src(q) + off, m,
+                                         op, q == n - 1 ? n : 0, false);
+            break;
+        case collective::all_gather:
+            for (int q = 0; q < n; ++q)
+                std::memcpy(static_cast<void*>(out + std::uint64_t(q) * count), static_cast<const void*>(src(q)),
+                            m * sizeof(T));
+            break;
+        case collective::broadcast:
+            if (me() != root) std::memcpy(static_cast<void*>(out), static_cast<const void*>(src(root)), m * sizeof(T));
+            break;
+        case collective::barrier: break;
+        }
+        return detail::status::ok;
+    }
+
+    detail::status piece(collective coll, const T* in, T* out, std::uint64_t count, int root, std::uint64_t a,
+                         std::uint64_t p) {
+        using detail::status;
+        const int n = self.size_;
+        const int k = node();
+        const int N = tp.count();
+        const bool slotted = coll == collective::all_gather || coll == collective::reduce_scatter;
+        const std::uint64_t V = slotted ? p * std::uint64_t(n) : p;
+        auto copy = [](T* d, const T* s, std::uint64_t m) {
+            if (m != 0 && d != s) std::memcpy(static_cast<void*>(d), static_cast<const void*>(s), m * sizeof(T));
+        };
+        const auto& ranks = tp.nodes[static_cast<std::size_t>(k)];
+
+        // 1. this rank's share of the input into its window
+        T* my_in = area.in_area<T>(l());
+        switch (coll) {
+        case collective::all_reduce:
+        case collective::reduce:
+        case collective::all_gather: copy(my_in, in + a, p); break;
+        case collective::reduce_scatter:
+            for (int g = 0; g < n; ++g) copy(my_in + std::uint64_t(g) * p, in + std::uint64_t(g) * count + a, p);
+            break;
+        case collective::broadcast:
+            if (me() == root) copy(my_in, in + a, p);
+            break;
+        case collective::barrier: break;
+        }
+        if (status st = node_barrier(); st != status::ok) return st;
+
+        // 2. intra-node: this rank's block of the node's vector
+        const index_range blk = block(V, l(), L());
+        T* my_out = area.out_area<T>(l());
+        const bool reducing = coll == collective::all_reduce || coll == collective::reduce ||
+                              coll == collective::reduce_scatter;
+        if (reducing) {
+            if (L() == 1) {
+                copy(my_out, my_in + blk.begin, blk.size());
+            } else {
+                detail::host_reduce_copy(my_out, static_cast<T*>(nullptr), area.in_area<T>(0) + blk.begin,
+                                         area.in_area<T>(1) + blk.begin, static_cast<std::size_t>(blk.size()), op, 0,
+                                         false);
+                for (int q = 2; q < L(); ++q)
+                    detail::host_reduce_copy(my_out, static_cast<T*>(nullptr), my_out, area.in_area<T>(q) + blk.begin,
+                                             static_cast<std::size_t>(blk.size()), op, 0, false);
+            }
+        } else if (coll == collective::all_gather) {
+            // slot g of the vector is rank g's piece; copy the slots of this node's ranks
+            for (int q = 0; q < L(); ++q) {
+                const std::uint64_t s0 = std::uint64_t(ranks[static_cast<std::size_t>(q)]) * p;
+                const std::uint64_t b = std::max(s0, blk.begin), e = std::min(s0 + p, blk.end);
+                if (b < e) copy(my_out + (b - blk.begin), area.in_area<T>(q) + (b - s0), e - b);
+            }
+        } else if (coll == collective::broadcast && tp.node_of[static_cast<std::size_t>(root)] == k) {
+            copy(my_out, area.in_area<T>(tp.local_of[static_cast<std::size_t>(root)]) + blk.begin, blk.size());
+        }
+
+        // 3. inter-node: the segments of this block, each with one owner per node
+        if (N > 1 && !blk.empty()) {
+            std::vector<std::uint64_t> cuts{blk.begin, blk.end};
+            for (int kk = 0; kk < N; ++kk)
+                for (int q = 1; q < tp.size(kk); ++q) cuts.push_back(block(V, q, tp.size(kk)).begin);
+            if (slotted)
+                for (int g = 1; g < n; ++g) cuts.push_back(std::uint64_t(g) * p);
+            std::sort(cuts.begin(), cuts.end());
+            cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+            std::vector<int> owners(static_cast<std::size_t>(N));
+            for (std::size_t i = 0; i + 1 < cuts.size(); ++i) {
+                const std::uint64_t s0 = cuts[i], s1 = cuts[i + 1];
+                if (s0 < blk.begin || s1 > blk.end || s0 == s1) continue;
+                for (int kk = 0; kk < N; ++kk) owners[static_cast<std::size_t>(kk)] = owner(V, kk, s0);
+                T* seg = my_out + (s0 - blk.begin);
+                const std::uint64_t m = s1 - s0;
+                const int slot_node = slotted ? tp.node_of[static_cast<std::size_t>(s0 / p)] : -1;
+                const int root_node = tp.node_of[static_cast<std::size_t>(root)];
+                status st = status::ok;
+                switch (coll) {
+                case collective::all_reduce: st = ring_all_reduce(seg, m, owners, k); break;
+                case collective::reduce: st = chain_reduce(seg, m, owners, k, root_node); break;
+                case collective::reduce_scatter: st = chain_reduce(seg, m, owners, k, slot_node); break;
+                case collective::all_gather: st = chain_bcast(seg, m, owners, k, slot_node); break;
+                case collective::broadcast: st = chain_bcast(seg, m, owners, k, root_node); break;
+                case collective::barrier: break;
+                }
+                if (st != status::ok) return st;
+            }
+        }
+        if constexpr (detail::has_finish<Op, T>) {
+            if (reducing)
+                detail::host_reduce_copy(my_out, static_cast<T*>(nullptr), my_out, static_cast<const T*>(nullptr),
+                                         static_cast<std::size_t>(blk.size()), op, n, false);
+        }
+        if (status st = node_barrier(); st != status::ok) return st;
+
+        // 4. what this rank needs, out of its node peers' blocks
+        auto gather = [&](std::uint64_t v0, std::uint64_t v1, T* dst) { // vector [v0, v1) -> dst
+            for (int q = 0; q < L(); ++q) {
+                const index_range bq = block(V, q, L());
+                const std::uint64_t b = std::max(v0, bq.begin), e = std::min(v1, bq.end);
+                if (b < e) copy(dst + (b - v0), area.out_area<T>(q) + (b - bq.begin), e - b);
+            }
+        };
+        switch (coll) {
+        case collective::all_reduce: gather(0, p, out + a); break;
+        case collective::reduce:
+            if (me() == root) gather(0, p, out + a);
+            break;
+        case collective::broadcast:
+            if (me() != root) gather(0, p, out + a);
+            break;
+        case collective::reduce_scatter: gather(std::uint64_t(me()) * p, std::uint64_t(me() + 1) * p, out + a); break;
+        case collective::all_gather:
+            for (int g = 0; g < n; ++g) gather(std::uint64_t(g) * p, std::uint64_t(g + 1) * p, out + std::uint64_t(g) * count + a);
+            break;
+        case collective::barrier: break;
+        }
+        return status::ok;
+    }
+};
+
+template <class T, class Op, class Algo>
+void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
+                            std::uint64_t seq, call_settings cs) {
+    const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
+    const char* head_name = collective_name(coll);
+    auto fail = [&](errc code, const std::string& msg) {
+        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + msg, code);
+        throw error(code, std::string("chorus::") + head_name + ": " + msg);
+    };
+    if (broken()) fail(errc::aborted, "the communicator is broken (" + reason() + ")");
+
+    if (cs.checked) {
+        detail::descriptor mine{};
+        mine.seq = seq;
+        mine.count = count;
+        mine.elem_bytes = sizeof(T);
+        mine.coll = coll;
+        mine.root = root;
+        mine.type_id = detail::type_hash<T>();
+        mine.op_id = detail::type_hash<Op>();
+        mine.algo_id = detail::type_hash<Algo>();
+        mine.type_name = element_traits<T>::name();
+        mine.op_name = op_traits<Op>::name();
+        mine.algo_name = detail::algo_name<Algo>();
+        check_all(mine, deadline);
+    }
+    if (coll == collective::barrier) {
+        MPI_Request r = MPI_REQUEST_NULL;
+        detail::mpi_check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
+        engine<T, Op> e{*this, node_topo_, node_area_, op, deadline, 1};
+        if (e.wait(&r, 1, -1) == detail::status::ok) return;
+        if (broken()) fail(errc::aborted, "the communicator was aborted (" + reason() + ")");
+        fail(errc::timeout, "timed out after " + std::to_string(cs.timeout.count()) + " ms; some rank never entered it");
+    }
+    if (count == 0) return;
+
+    constexpr bool hier = detail::hierarchical_policy<Algo>;
+    constexpr ring_params P = [] {
+        if constexpr (hier) return Algo::inter::params;
+        else return Algo::params;
+    }();
+    static_assert(P.chunk_bytes <= (std::size_t(1) << 30), "chorus: on the MPI backend chunk_bytes must be <= 1 GiB");
+    detail::node_area* area = &node_area_;
+    if (!hier) {
+        if (!flat_area_) {
+            MPI_Comm self_comm = MPI_COMM_SELF;
+            flat_area_ = std::make_unique<detail::node_area>();
+            flat_area_->init(self_comm, window_bytes_);
+        }
+        area = flat_area_.get();
+    }
+    const std::uint64_t chunk = std::max<std::uint64_t>(1, P.chunk_bytes / sizeof(T));
+    engine<T, Op> e{*this, hier ? node_topo_ : flat_topo_, *area, op, deadline, chunk};
+    const detail::status st = e.run(coll, in, out, count, root);
+    if (st == detail::status::ok) return;
+    const std::string peer = e.bad_peer >= 0 ? "rank " + std::to_string(e.bad_peer) : std::string("a peer");
+    if (st == detail::status::timeout)
+        fail(errc::timeout, "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for " + peer +
+                                " in " + e.doing);
+    if (st == detail::status::peer_exited)
+        fail(errc::peer_failed, peer + " (process " + std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) +
+                                    ") died during the collective");
+    const std::string why = reason();
+    throw error(errc::aborted, std::string("chorus::") + head_name + ": communicator aborted" +
+                                   (why.empty() ? std::string() : ": " + why));
+}
+
+inline void communicator<mpi>::check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline) {
+    const detail::mpi_signature sig = detail::mpi_signature::of(mine);
+    std::vector<detail::mpi_signature> all(static_cast<std::size_t>(size_));
+    MPI_Request r = MPI_REQUEST_NULL;
+    detail::mpi_check(MPI_Iallgather(&sig, sizeof sig, MPI_BYTE, all.data(), sizeof sig, MPI_BYTE, comm_, &r),
+                      "MPI_Iallgather");
+    engine<unsigned char, detail::copy_only> e{*this, node_topo_, node_area_, {}, deadline, 1};
+    const char* head_name = collective_name(mine.coll);
+    if (e.wait(&r, 1, -1) != detail::status::ok) {
+        const bool ab = broken();
+        const std::string msg = ab ? "communicator aborted (" + reason() + ")"
+                                   : "checked mode: timed out waiting for every rank to enter it";
+        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + msg, ab ? errc::aborted : errc::timeout);
+        throw error(ab ? errc::aborted : errc::timeout, std::string("chorus::") + head_name + ": " + msg);
+    }
+    std::vector<detail::descriptor> calls;
+    bool same = true;
+    for (const auto& s : all) {
+        calls.push_back(s.to_descriptor());
+        same = same && calls.back().same_call(mine);
+    }
+    if (same) return;
+    // Every rank saw the same signatures: all fail with the same report, and
+    // nobody has moved a byte. The communicator stays usable.
+    throw error(errc::mismatch, std::string("chorus::") + head_name + ": ranks disagree: " +
+                                    detail::calls_report(mine.seq, calls));
+}
+
+} // namespace chorus

@@ -1,0 +1,8 @@
+#pragma once
+//! \file mpi.hpp
+//! chorus over MPI: everything in <chorus/chorus.hpp> plus
+//! chorus::communicator<chorus::mpi>. Needs <mpi.h> and linking MPI
+//! (CMake: find_package(MPI COMPONENTS CXX), target MPI::MPI_CXX).
+
+#include "chorus.hpp"
+#include "backend/mpi.hpp"
