@@ -363,30 +363,35 @@ TEST_CASE("a rank that never joins makes the others time out with the missing ra
     comm_t& comm = world();
     const int n = comm.size(), r = comm.rank();
     if (n < 2) return;
-    // A fresh communicator: the failure breaks it, not the world.
-    comm_t sub(MPI_COMM_WORLD);
-    sub.set_timeout(std::chrono::milliseconds(400));
-    const bool straggler = r == n - 1;
-    if (!straggler) {
-        std::vector<double> v(1000, 1.0);
-        const auto t0 = std::chrono::steady_clock::now();
-        try {
-            chorus::all_reduce<hier>(sub, std::span<double>(v));
-            FAIL("no error without rank n-1");
-        } catch (const chorus::error& e) {
-            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-            CHECK(s < 10.0);
-            const bool expected = e.code() == chorus::errc::timeout || e.code() == chorus::errc::aborted;
-            CHECK(expected);
-            MESSAGE(std::string(e.what()));
+    // Fresh communicators: the failure breaks them, not the world. Without
+    // and with checked mode (which waits in an MPI_Iallgather first).
+    for (const bool checked : {false, true}) {
+        CAPTURE(checked);
+        comm_t sub(MPI_COMM_WORLD);
+        sub.set_timeout(std::chrono::milliseconds(400));
+        sub.set_checked(checked);
+        const bool straggler = r == n - 1;
+        if (!straggler) {
+            std::vector<double> v(1000, 1.0);
+            const auto t0 = std::chrono::steady_clock::now();
+            try {
+                chorus::all_reduce<hier>(sub, std::span<double>(v));
+                FAIL("no error without rank n-1");
+            } catch (const chorus::error& e) {
+                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                CHECK(s < 10.0);
+                const bool expected = e.code() == chorus::errc::timeout || e.code() == chorus::errc::aborted;
+                CHECK(expected);
+                MESSAGE(std::string(e.what()));
+            }
+            CHECK(sub.broken());
+            try {
+                chorus::all_reduce<hier>(sub, std::span<double>(v));
+                FAIL("a broken communicator accepted a collective");
+            } catch (const chorus::error& e) {
+                CHECK(e.code() == chorus::errc::aborted);
+            }
         }
-        CHECK(sub.broken());
-        try {
-            chorus::all_reduce<hier>(sub, std::span<double>(v));
-            FAIL("a broken communicator accepted a collective");
-        } catch (const chorus::error& e) {
-            CHECK(e.code() == chorus::errc::aborted);
-        }
+        chorus::barrier(comm); // on the world communicator: everyone is still in step
     }
-    chorus::barrier(comm); // on the world communicator: everyone is still in step
 }

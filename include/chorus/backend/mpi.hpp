@@ -49,6 +49,10 @@
 #include <vector>
 
 #include <unistd.h>
+#if defined(__linux__)
+#  include <sys/prctl.h>
+#  include <sys/uio.h>
+#endif
 
 #include "../algo/hierarchical.hpp"
 #include "../algo/ring.hpp"
@@ -202,10 +206,39 @@ struct mpi_signature {
 struct alignas(64) node_slot {
     std::atomic<std::uint64_t> barrier{0}; //!< node barriers this rank has entered
     std::atomic<std::int32_t> pid{0};
+    std::atomic<std::uint64_t> probe{0};   //!< address of a known value in this process (single-copy check)
+    std::atomic<std::uint64_t> in{0}, out{0}; //!< this collective's buffers, in this process's address space
 };
 struct alignas(64) node_header {
     std::atomic<std::int64_t> aborted_by{0}; //!< 1 + rank of the first node rank that failed; 0: fine
 };
+
+//! Copies `bytes` from address `remote` in process `pid` to `local`
+//! (process_vm_readv: one copy, no staging). False when the kernel refuses.
+inline bool read_remote(int pid, void* local, std::uint64_t remote, std::size_t bytes) {
+#if defined(__linux__)
+    auto* dst = static_cast<std::byte*>(local);
+    while (bytes > 0) {
+        const std::size_t part = bytes < (std::size_t(1) << 30) ? bytes : (std::size_t(1) << 30);
+        iovec l{dst, part}, r{reinterpret_cast<void*>(remote), part};
+        const ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
+        if (got <= 0) return false;
+        dst += got;
+        remote += static_cast<std::uint64_t>(got);
+        bytes -= static_cast<std::size_t>(got);
+    }
+    return true;
+#else
+    (void)pid, (void)local, (void)remote, (void)bytes;
+    return false;
+#endif
+}
+
+//! CHORUS_CMA=0 turns the single-copy path off (the windows are used).
+inline bool cma_wanted() {
+    const char* s = std::getenv("CHORUS_CMA");
+    return s == nullptr || s[0] != '0';
+}
 
 //! The windows of one node's ranks for one communicator: shared memory
 //! when the node has several ranks, private memory when it has one.
@@ -253,8 +286,27 @@ public:
         header().aborted_by.store(0);
         slot(local_).pid.store(static_cast<std::int32_t>(getpid()));
         windows_ = base_ + head;
-        if (size_ > 1) mpi_check(MPI_Barrier(node_comm), "MPI_Barrier"); // pids are published
+        if (size_ == 1) return;
+        // Single copy between the node's processes (process_vm_readv) needs
+        // ptrace permission; allow our node peers in, then check that every
+        // rank can read every peer.
+        static const std::uint64_t probe_value = 0x63686f7275732121ull;
+#if defined(__linux__) && defined(PR_SET_PTRACER)
+        if (cma_wanted()) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+#endif
+        slot(local_).probe.store(reinterpret_cast<std::uint64_t>(&probe_value));
+        mpi_check(MPI_Barrier(node_comm), "MPI_Barrier"); // pids and probes are published
+        int ok = cma_wanted() ? 1 : 0;
+        for (int q = 0; q < size_ && ok; ++q) {
+            std::uint64_t got = 0;
+            ok = q == local_ || (read_remote(slot(q).pid.load(), &got, slot(q).probe.load(), sizeof got) &&
+                                 got == probe_value);
+        }
+        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, node_comm), "MPI_Allreduce");
+        single_copy_ = ok != 0;
     }
+    //! True when every rank of the node can read every peer's memory.
+    bool single_copy() const noexcept { return single_copy_; }
 
     int local() const noexcept { return local_; }
     int size() const noexcept { return size_; }
@@ -297,6 +349,7 @@ private:
     int local_ = 0, size_ = 1;
     std::uint64_t epoch_ = 0;
     unsigned small_turn_ = 0;
+    bool single_copy_ = false;
 };
 
 //! Window size per rank: CHORUS_SHM_BYTES, default 16 MiB, at least 256 KiB.
@@ -600,7 +653,11 @@ struct communicator<mpi>::engine {
         return detail::status::ok;
     }
 
-    detail::status wait(MPI_Request* reqs, int k, int peer) {
+    //! Waits for k requests. On failure point-to-point requests are
+    //! cancelled and freed; a nonblocking collective's (`p2p` false) can be
+    //! neither (MPI forbids it), so it is left behind with the broken
+    //! communicator.
+    detail::status wait(MPI_Request* reqs, int k, int peer, bool p2p = true) {
         int done = 0;
         const detail::status st = detail::poll_until(
             [&] {
@@ -614,7 +671,8 @@ struct communicator<mpi>::engine {
         if (st != detail::status::ok) {
             bad_peer = peer;
             doing = "a point-to-point transfer";
-            for (int i = 0; i < k; ++i) drop(reqs[i]);
+            if (p2p)
+                for (int i = 0; i < k; ++i) drop(reqs[i]);
         }
         if (mpi_rc != MPI_SUCCESS) detail::mpi_check(mpi_rc, "MPI_Testall"); // a bug: sizes disagree
         return st;
@@ -750,6 +808,7 @@ struct communicator<mpi>::engine {
             // needs straight from its peers' small buffers).
             const std::uint64_t share = coll == collective::reduce_scatter ? count * std::uint64_t(n) : count;
             if (share * sizeof(T) <= detail::node_area::small_bytes) return one_shot(coll, in, out, count, root);
+            if (coll == collective::all_reduce && area.single_copy()) return single_copy_all_reduce(in, out, count);
         }
         const std::uint64_t half = area.half_bytes() / sizeof(T); // elements per window half
         // Piece length p (elements of `count`) such that every rank's input
@@ -771,6 +830,62 @@ struct communicator<mpi>::engine {
             if (const detail::status st = piece(coll, in, out, count, root, a, p); st != detail::status::ok) return st;
         }
         return detail::status::ok;
+    }
+
+    //! One node, AllReduce, peers readable (process_vm_readv): no staging.
+    //! Publish the buffers; barrier; reduce this rank's block reading the
+    //! peers' inputs chunk by chunk into a cache-sized buffer, into our own
+    //! output; barrier; read every other block straight from its owner's
+    //! output into ours; barrier (nobody returns while a peer still reads).
+    detail::status single_copy_all_reduce(const T* in, T* out, std::uint64_t count) {
+        using detail::status;
+        const int n = self.size_;
+        area.slot(l()).in.store(reinterpret_cast<std::uint64_t>(in));
+        area.slot(l()).out.store(reinterpret_cast<std::uint64_t>(out));
+        if (status st = node_barrier(); st != status::ok) return st;
+        // every rank of the communicator is on this node: local rank == rank
+        const index_range blk = block(count, l(), L());
+        const std::uint64_t chunk = std::max<std::uint64_t>(1, (std::uint64_t(64) << 10) / sizeof(T));
+        T* t = tmp(chunk * std::uint64_t(n));
+        // In place, our own input is the destination: the first reduction
+        // step would overwrite it before it is combined, unless it comes
+        // first (rank 0, 1) or is set aside (slot n-1 of t).
+        const bool set_aside = in == out && l() >= 2;
+        auto fail_read = [&](int q) {
+            bad_peer = q;
+            doing = "a single-copy read (process_vm_readv)";
+            return detail::process_alive(area.slot(q).pid.load()) ? status::mismatch : status::peer_exited;
+        };
+        for (std::uint64_t c0 = blk.begin; c0 < blk.end; c0 += chunk) {
+            const std::uint64_t m = std::min(chunk, blk.end - c0);
+            // sources in rank order: our own input, the peers' in t
+            auto src = [&](int q) -> const T* {
+                if (q == l()) return set_aside ? t + std::uint64_t(n - 1) * chunk : in + c0;
+                return t + std::uint64_t(q < l() ? q : q - 1) * chunk;
+            };
+            if (set_aside)
+                std::memcpy(static_cast<void*>(const_cast<T*>(src(l()))), static_cast<const void*>(in + c0),
+                            m * sizeof(T));
+            for (int q = 0; q < n; ++q)
+                if (q != l() && !detail::read_remote(area.slot(q).pid.load(), const_cast<T*>(src(q)),
+                                                      area.slot(q).in.load() + c0 * sizeof(T), m * sizeof(T)))
+                    return fail_read(q);
+            detail::host_reduce_copy(out + c0, static_cast<T*>(nullptr), src(0), src(1), static_cast<std::size_t>(m),
+                                     op, n == 2 ? n : 0, false);
+            for (int q = 2; q < n; ++q)
+                detail::host_reduce_copy(out + c0, static_cast<T*>(nullptr), static_cast<const T*>(out + c0), src(q),
+                                         static_cast<std::size_t>(m), op, q == n - 1 ? n : 0, false);
+        }
+        if (status st = node_barrier(); st != status::ok) return st;
+        for (int q = 0; q < n; ++q) {
+            if (q == l()) continue;
+            const index_range bq = block(count, q, L());
+            if (!bq.empty() && !detail::read_remote(area.slot(q).pid.load(), out + bq.begin,
+                                                    area.slot(q).out.load() + bq.begin * sizeof(T),
+                                                    bq.size() * sizeof(T)))
+                return fail_read(q);
+        }
+        return node_barrier();
     }
 
     //! One node, small input: copy in, one barrier, read peers directly.
@@ -959,7 +1074,7 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
         MPI_Request r = MPI_REQUEST_NULL;
         detail::mpi_check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
         engine<T, Op> e{*this, node_topo_, node_area_, op, deadline, 1};
-        if (e.wait(&r, 1, -1) == detail::status::ok) return;
+        if (e.wait(&r, 1, -1, false) == detail::status::ok) return;
         if (broken()) fail(errc::aborted, "the communicator was aborted (" + reason() + ")");
         fail(errc::timeout, "timed out after " + std::to_string(cs.timeout.count()) + " ms; some rank never entered it");
     }
@@ -988,6 +1103,9 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
     if (st == detail::status::timeout)
         fail(errc::timeout, "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for " + peer +
                                 " in " + e.doing);
+    if (st == detail::status::mismatch)
+        fail(errc::internal, "could not read rank " + std::to_string(e.bad_peer) + "'s buffers in " + e.doing +
+                                 " (set CHORUS_CMA=0 to go through shared memory instead)");
     if (st == detail::status::peer_exited)
         fail(errc::peer_failed, peer + " (process " + std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) +
                                     ") died during the collective");
@@ -1004,7 +1122,7 @@ inline void communicator<mpi>::check_all(const detail::descriptor& mine, std::ch
                       "MPI_Iallgather");
     engine<unsigned char, detail::copy_only> e{*this, node_topo_, node_area_, {}, deadline, 1};
     const char* head_name = collective_name(mine.coll);
-    if (e.wait(&r, 1, -1) != detail::status::ok) {
+    if (e.wait(&r, 1, -1, false) != detail::status::ok) {
         const bool ab = broken();
         const std::string msg = ab ? "communicator aborted (" + reason() + ")"
                                    : "checked mode: timed out waiting for every rank to enter it";
