@@ -12,8 +12,9 @@ chorus_install_deps() {
   # clang is clang 14; libclang_rt.fuzzer*.a ship in libclang-rt-14-dev, only
   # a Recommends of clang-14, so it is named here).
   # openmpi-bin + libopenmpi-dev: the MPI backend's tests and benchmark;
-  # python3-sklearn: the 8x8 digits the training example learns from.
-  local pkgs=(cmake g++ doctest-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev python3-sklearn)
+  # python3-sklearn: the 8x8 digits the training example learns from, read
+  # with zlib (zlib1g-dev).
+  local pkgs=(cmake g++ doctest-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev python3-sklearn zlib1g-dev)
   local missing=()
   local p
   for p in "${pkgs[@]}"; do
