@@ -1,5 +1,6 @@
 # Runs COMMAND (a ;-list) and passes only when it exits non-zero and a
 # surviving rank printed the chorus error it caught.
+cmake_policy(SET CMP0007 NEW) # list(FILTER) below drops the empty elements
 list(FILTER COMMAND EXCLUDE REGEX "^$")
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}")
