@@ -624,13 +624,22 @@ struct communicator<mpi>::engine {
         return reinterpret_cast<T*>(self.tmp_.data());
     }
 
-    //! What every wait checks between polls.
-    detail::status check_peer(int peer) const {
+    //! What every wait checks between polls: the abort flags, and whether
+    //! the awaited rank's process (peer < 0: any rank's on this machine,
+    //! for waits on several ranks at once) still exists.
+    detail::status check_peer(int peer) {
         if (self.broken()) return detail::status::aborted;
-        if (peer >= 0 && self.real_node_[static_cast<std::size_t>(peer)] ==
-                             self.real_node_[static_cast<std::size_t>(me())] &&
-            !detail::process_alive(self.pids_[static_cast<std::size_t>(peer)]))
-            return detail::status::peer_exited;
+        const int here = self.real_node_[static_cast<std::size_t>(me())];
+        auto dead = [&](int r) {
+            return r != me() && self.real_node_[static_cast<std::size_t>(r)] == here &&
+                   !detail::process_alive(self.pids_[static_cast<std::size_t>(r)]);
+        };
+        if (peer >= 0) return dead(peer) ? detail::status::peer_exited : detail::status::ok;
+        for (int r = 0; r < self.size_; ++r)
+            if (dead(r)) {
+                bad_peer = r;
+                return detail::status::peer_exited;
+            }
         return detail::status::ok;
     }
 
@@ -671,8 +680,8 @@ struct communicator<mpi>::engine {
             },
             [&] { return check_peer(peer); }, deadline, self.backoff_);
         if (st != detail::status::ok) {
-            bad_peer = peer;
-            doing = "a point-to-point transfer";
+            if (peer >= 0 || bad_peer < 0) bad_peer = peer;
+            doing = p2p ? "a point-to-point transfer" : "an MPI nonblocking collective";
             if (p2p)
                 for (int i = 0; i < k; ++i) drop(reqs[i]);
         }
@@ -1091,7 +1100,11 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
         MPI_Request r = MPI_REQUEST_NULL;
         detail::mpi_check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
         engine<T, Op> e{*this, node_topo_, node_area_, op, deadline, 1};
-        if (e.wait(&r, 1, -1, false) == detail::status::ok) return;
+        const detail::status st = e.wait(&r, 1, -1, false);
+        if (st == detail::status::ok) return;
+        if (st == detail::status::peer_exited)
+            fail(errc::peer_failed, "rank " + std::to_string(e.bad_peer) + " (process " +
+                                        std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) + ") died");
         if (broken()) fail(errc::aborted, "the communicator was aborted (" + reason() + ")");
         fail(errc::timeout, "timed out after " + std::to_string(cs.timeout.count()) + " ms; some rank never entered it");
     }
@@ -1123,7 +1136,7 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
     if (st == detail::status::mismatch)
         fail(errc::internal, "could not read rank " + std::to_string(e.bad_peer) + "'s buffers in " + e.doing +
                                  " (set CHORUS_CMA=0 to go through shared memory instead)");
-    if (st == detail::status::peer_exited)
+    if (st == detail::status::peer_exited && e.bad_peer >= 0)
         fail(errc::peer_failed, peer + " (process " + std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) +
                                     ") died during the collective");
     const std::string why = reason();
@@ -1139,12 +1152,17 @@ inline void communicator<mpi>::check_all(const detail::descriptor& mine, std::ch
                       "MPI_Iallgather");
     engine<unsigned char, detail::copy_only> e{*this, node_topo_, node_area_, {}, deadline, 1};
     const char* head_name = collective_name(mine.coll);
-    if (e.wait(&r, 1, -1, false) != detail::status::ok) {
+    if (const detail::status st = e.wait(&r, 1, -1, false); st != detail::status::ok) {
         const bool ab = broken();
-        const std::string msg = ab ? "communicator aborted (" + reason() + ")"
-                                   : "checked mode: timed out waiting for every rank to enter it";
-        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + msg, ab ? errc::aborted : errc::timeout);
-        throw error(ab ? errc::aborted : errc::timeout, std::string("chorus::") + head_name + ": " + msg);
+        const errc code = st == detail::status::peer_exited ? errc::peer_failed : ab ? errc::aborted : errc::timeout;
+        const std::string msg =
+            st == detail::status::peer_exited ? "rank " + std::to_string(e.bad_peer) + " (process " +
+                                                    std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) +
+                                                    ") died before every rank entered it"
+            : ab ? "communicator aborted (" + reason() + ")"
+                 : "checked mode: timed out waiting for every rank to enter it";
+        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + msg, code);
+        throw error(code, std::string("chorus::") + head_name + ": " + msg);
     }
     std::vector<detail::descriptor> calls;
     bool same = true;
