@@ -12,7 +12,9 @@
 #include <doctest/doctest.h>
 
 #include <chorus/mpi.hpp>
+#include <chorus/train.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -394,4 +396,41 @@ TEST_CASE("a rank that never joins makes the others time out with the missing ra
         }
         chorus::barrier(comm); // on the world communicator: everyone is still in step
     }
+}
+
+TEST_CASE("chorus::train helpers run on communicator<mpi>: buckets, accumulation, the ZeRO step") {
+    comm_t& comm = world();
+    const int n = comm.size(), r = comm.rank();
+    // Gradient buckets over three separate tensors, marked in reverse (as
+    // a backward pass would); avg of r + 1 is (n + 1) / 2 exactly.
+    std::vector<float> a(1000), b(37), c(5000);
+    std::vector<std::span<float>> tensors{std::span<float>(a), std::span<float>(b), std::span<float>(c)};
+    chorus::train::gradient_buckets<comm_t, float> buckets(comm, tensors, 8 << 10);
+    CHECK(buckets.bucket_count() >= 2);
+    for (int step = 0; step < 3; ++step) {
+        for (auto& t : tensors) std::fill(t.begin(), t.end(), float(r + 1 + step));
+        for (std::size_t i = tensors.size(); i-- > 0;) buckets.mark_ready(i);
+        buckets.wait_all();
+        const float want = float(n + 1) / 2 + float(step);
+        bool ok = true;
+        for (auto& t : tensors)
+            for (float v : t) ok = ok && v == want;
+        CAPTURE(step);
+        CHECK(ok);
+    }
+    // Accumulation: k = 2 micro-batches of r, then the mean over all.
+    chorus::train::gradient_accumulator<comm_t, double> acc(comm, 100, 2);
+    std::vector<double> g(100, double(r));
+    CHECK_FALSE(acc.add(std::span<const double>(g)));
+    CHECK(acc.add(std::span<const double>(g)));
+    CHECK(acc.gradient()[0] == double(n - 1) / 2);
+    CHECK(acc.gradient()[99] == double(n - 1) / 2);
+    // ZeRO-style step (ReduceScatter, shard update, AllGather) over a count
+    // that does not divide by the rank count.
+    chorus::train::sharded_sgd<comm_t, double> sgd(comm, 1001, 0.5);
+    std::vector<double> params(1001, 1.0), grad(1001, double(r));
+    sgd.step(std::span<double>(params), std::span<const double>(grad), 0.5);
+    bool same = true;
+    for (double p : params) same = same && p == 1.0 - 0.5 * double(n - 1) / 2;
+    CHECK(same);
 }
