@@ -13,6 +13,9 @@
 #include <vector>
 
 #include "../algo/schedule.hpp"
+#include "../core/element.hpp"
+#include "../core/error.hpp"
+#include "../ops/traits.hpp"
 
 namespace chorus::detail {
 
@@ -111,6 +114,63 @@ public:
 private:
     std::unique_ptr<std::byte[]> data_;
     std::size_t bytes_ = 0;
+};
+
+//! Fills the comparable part of `d` (what checked mode compares) for one
+//! call of collective `coll` with element type T, operator Op and policy Algo.
+template <class T, class Op, class Algo>
+void describe_call(descriptor& d, collective coll, std::uint64_t seq, std::uint64_t count, int root, int channels) {
+    d.seq = seq;
+    d.count = count;
+    d.elem_bytes = sizeof(T);
+    d.coll = coll;
+    d.root = root;
+    d.channels = channels;
+    d.type_id = type_hash<T>();
+    d.op_id = type_hash<Op>();
+    d.algo_id = type_hash<Algo>();
+    d.type_name = element_traits<T>::name();
+    d.op_name = op_traits<Op>::name();
+    d.algo_name = algo_name<Algo>();
+}
+
+//! What a call fixes when it is issued.
+struct call_settings {
+    std::chrono::milliseconds timeout;
+    bool checked;
+};
+
+//! The deadline and checked-mode settings of a host communicator (threads,
+//! mpi): set by the user, fixed per call when the call is issued.
+class host_call_options {
+public:
+    //! Deadline for every wait inside one collective (default: CHORUS_TIMEOUT_MS or 5 minutes).
+    void set_timeout(std::chrono::milliseconds t) {
+        if (t.count() <= 0) throw error(errc::invalid_argument, "chorus::communicator::set_timeout: `t` must be positive");
+        timeout_ = t;
+    }
+    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
+
+    //! Per-call deadline override used by chorus::timeout_scope (0: none).
+    void set_call_timeout(std::chrono::milliseconds t) noexcept { call_timeout_ = t; }
+    std::chrono::milliseconds call_timeout() const noexcept { return call_timeout_; }
+
+    //! Checked mode: before moving data, the ranks compare their calls
+    //! (collective, count, element type, operator, root, algorithm,
+    //! sequence number); a disagreement fails the call on every rank with
+    //! errc::mismatch and a message listing which ranks called what.
+    //! Default: CHORUS_CHECK, else on in builds without NDEBUG.
+    void set_checked(bool on) noexcept { checked_ = on; }
+    bool checked() const noexcept { return checked_; }
+
+protected:
+    //! The settings of the call being issued now.
+    call_settings issue() const noexcept { return {call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_}; }
+
+private:
+    std::chrono::milliseconds timeout_ = default_timeout();
+    std::chrono::milliseconds call_timeout_{0};
+    bool checked_ = default_checked();
 };
 
 //! The same text on every rank: which ranks called what, grouping ranks

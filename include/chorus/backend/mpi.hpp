@@ -375,9 +375,9 @@ inline std::size_t default_window_bytes() {
 //! movable (the async stream refers to it). Async collectives run on a
 //! worker thread, so they need MPI initialised with MPI_THREAD_MULTIPLE.
 template <>
-class communicator<mpi> {
+class communicator<mpi> : public detail::host_call_options {
 public:
-    explicit communicator(MPI_Comm parent) : timeout_(detail::default_timeout()), checked_(detail::default_checked()) {
+    explicit communicator(MPI_Comm parent) {
         using detail::mpi_check;
         int initialized = 0;
         MPI_Initialized(&initialized);
@@ -498,18 +498,8 @@ public:
         return std::make_unique<communicator>(sub);
     }
 
-    void set_timeout(std::chrono::milliseconds t) {
-        if (t.count() <= 0) throw error(errc::invalid_argument, "chorus::communicator::set_timeout: `t` must be positive");
-        timeout_ = t;
-    }
-    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-    void set_call_timeout(std::chrono::milliseconds t) noexcept { call_timeout_ = t; }
-    std::chrono::milliseconds call_timeout() const noexcept { return call_timeout_; }
-    //! Checked mode: before moving data, all ranks exchange their calls
-    //! (one MPI_Iallgather) and fail together, with the same report, when
-    //! they disagree.
-    void set_checked(bool on) noexcept { checked_ = on; }
-    bool checked() const noexcept { return checked_; }
+    // set_timeout, set_call_timeout, set_checked: detail::host_call_options.
+    // MPI checked mode is one MPI_Iallgather of the ranks' calls.
 
     //! Breaks this communicator on this rank, and on every rank of its
     //! node (shared memory); ranks on other nodes fail at their deadline.
@@ -533,7 +523,7 @@ public:
                             "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but async collectives run on "
                             "chorus's worker thread (use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
         const std::uint64_t seq = next_seq_++;
-        const call_settings cs{call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_};
+        const call_settings cs = issue();
         auto task = [this, coll, in, out, count, op, root, seq, cs] {
             run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs);
         };
@@ -548,10 +538,7 @@ public:
     }
 
 private:
-    struct call_settings {
-        std::chrono::milliseconds timeout;
-        bool checked;
-    };
+    using call_settings = detail::call_settings;
     template <class T, class Op>
     struct engine;
 
@@ -589,9 +576,6 @@ private:
     std::size_t window_bytes_ = 0;
     detail::backoff_policy backoff_{};
     std::uint64_t next_seq_ = 1;
-    std::chrono::milliseconds timeout_;
-    std::chrono::milliseconds call_timeout_{0};
-    bool checked_;
     std::atomic<bool> broken_{false};
     mutable std::mutex m_;
     std::string reason_;
@@ -796,6 +780,18 @@ struct communicator<mpi>::engine {
         return wait_sends();
     }
 
+    //! dst[0, m) = src(0) op src(1) op ... op src(k-1), in that order (the
+    //! result is the same on every rank whatever the timing); finish_n > 0
+    //! applies the operator's epilogue in the last step. dst may be src(0),
+    //! or src(q) for q >= 1 only if it is read in the first step.
+    template <class Src>
+    void reduce_in_order(T* dst, Src&& src, std::size_t m, int k, int finish_n) {
+        detail::host_reduce_copy(dst, static_cast<T*>(nullptr), src(0), src(1), m, op, k == 2 ? finish_n : 0, false);
+        for (int q = 2; q < k; ++q)
+            detail::host_reduce_copy(dst, static_cast<T*>(nullptr), static_cast<const T*>(dst), src(q), m, op,
+                                     q == k - 1 ? finish_n : 0, false);
+    }
+
     //! Block q of this node's split of a V-element vector.
     index_range block(std::uint64_t V, int q, int Lk) const {
         return chorus::split({0, V}, std::uint64_t(q), std::uint64_t(Lk), align);
@@ -881,11 +877,7 @@ struct communicator<mpi>::engine {
                 if (q != l() && !detail::read_remote(area.slot(q).pid.load(), const_cast<T*>(src(q)),
                                                       area.slot(q).in.load() + c0 * sizeof(T), m * sizeof(T)))
                     return fail_read(q);
-            detail::host_reduce_copy(out + c0, static_cast<T*>(nullptr), src(0), src(1), static_cast<std::size_t>(m),
-                                     op, n == 2 ? n : 0, false);
-            for (int q = 2; q < n; ++q)
-                detail::host_reduce_copy(out + c0, static_cast<T*>(nullptr), static_cast<const T*>(out + c0), src(q),
-                                         static_cast<std::size_t>(m), op, q == n - 1 ? n : 0, false);
+            reduce_in_order(out + c0, src, static_cast<std::size_t>(m), n, n);
         }
         if (status st = node_barrier(); st != status::ok) return st;
         for (int q = 0; q < n; ++q) {
@@ -917,11 +909,7 @@ struct communicator<mpi>::engine {
         case collective::reduce_scatter:
         case collective::reduce:
             if (coll == collective::reduce && me() != root) break;
-            detail::host_reduce_copy(out, static_cast<T*>(nullptr), src(0) + off, src(1) + off, m, op,
-                                     n == 2 ? n : 0, false);
-            for (int q = 2; q < n; ++q)
-                detail::host_reduce_copy(out, static_cast<T*>(nullptr), static_cast<const T*>(out), src(q) + off, m,
-                                         op, q == n - 1 ? n : 0, false);
+            reduce_in_order(out, [&](int q) { return src(q) + off; }, m, n, n);
             break;
         case collective::all_gather:
             for (int q = 0; q < n; ++q)
@@ -982,11 +970,7 @@ struct communicator<mpi>::engine {
             if (L() == 1) {
                 copy(my_out, in_block(0), blk.size());
             } else {
-                detail::host_reduce_copy(my_out, static_cast<T*>(nullptr), in_block(0), in_block(1),
-                                         static_cast<std::size_t>(blk.size()), op, 0, false);
-                for (int q = 2; q < L(); ++q)
-                    detail::host_reduce_copy(my_out, static_cast<T*>(nullptr), static_cast<const T*>(my_out),
-                                             in_block(q), static_cast<std::size_t>(blk.size()), op, 0, false);
+                reduce_in_order(my_out, in_block, static_cast<std::size_t>(blk.size()), L(), 0);
             }
         } else if (coll == collective::all_gather) {
             // slot g of the vector is rank g's piece; copy the slots of this node's ranks
@@ -1083,17 +1067,7 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
 
     if (cs.checked) {
         detail::descriptor mine{};
-        mine.seq = seq;
-        mine.count = count;
-        mine.elem_bytes = sizeof(T);
-        mine.coll = coll;
-        mine.root = root;
-        mine.type_id = detail::type_hash<T>();
-        mine.op_id = detail::type_hash<Op>();
-        mine.algo_id = detail::type_hash<Algo>();
-        mine.type_name = element_traits<T>::name();
-        mine.op_name = op_traits<Op>::name();
-        mine.algo_name = detail::algo_name<Algo>();
+        detail::describe_call<T, Op, Algo>(mine, coll, seq, count, root, 0);
         check_all(mine, deadline);
     }
     if (coll == collective::barrier) {

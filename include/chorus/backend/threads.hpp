@@ -204,11 +204,10 @@ inline void check_host_pointer([[maybe_unused]] collective coll, [[maybe_unused]
 //! (peers hold pointers into it while collectives run). All ranks must
 //! issue collectives in the same order.
 template <>
-class communicator<threads> {
+class communicator<threads> : public detail::host_call_options {
 public:
     communicator(std::shared_ptr<detail::threads_world> world, int rank)
-        : world_(std::move(world)), rank_(rank), timeout_(detail::default_timeout()),
-          checked_(detail::default_checked()),
+        : world_(std::move(world)), rank_(rank),
           peer_desc_(static_cast<std::size_t>(world_->size())),
           peer_checked_(static_cast<std::size_t>(world_->size()), 0) {}
     communicator(const communicator&) = delete;
@@ -218,25 +217,8 @@ public:
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return world_->size(); }
 
-    //! Deadline for every wait inside one collective (default: CHORUS_TIMEOUT_MS or 5 minutes).
-    void set_timeout(std::chrono::milliseconds t) {
-        if (t.count() <= 0) throw error(errc::invalid_argument, "chorus::communicator::set_timeout: `t` must be positive");
-        timeout_ = t;
-    }
-    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-
-    //! Per-call deadline override used by chorus::timeout_scope (0: none).
-    void set_call_timeout(std::chrono::milliseconds t) noexcept { call_timeout_ = t; }
-    std::chrono::milliseconds call_timeout() const noexcept { return call_timeout_; }
-
-    //! Checked mode: before moving data, every rank waits until all ranks
-    //! entered the collective and compares all ranks' calls (collective,
-    //! count, element type, operator, root, algorithm, sequence number); a
-    //! disagreement fails the call on every rank with errc::mismatch and a
-    //! message listing which ranks called what. Default: CHORUS_CHECK, else
-    //! on in builds without NDEBUG. Costs one all-to-all round of flags.
-    void set_checked(bool on) noexcept { checked_ = on; }
-    bool checked() const noexcept { return checked_; }
+    // set_timeout, set_call_timeout, set_checked: detail::host_call_options.
+    // Threads checked mode costs one all-to-all round of flags.
 
     //! Releases every waiter of every rank with an error; the communicator
     //! is broken afterwards (every call fails). Callable from any thread.
@@ -258,7 +240,7 @@ public:
         detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
         detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
         const std::uint64_t seq = next_seq_++;
-        const call_settings cs{call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_};
+        const call_settings cs = issue();
         auto task = [this, coll, in, out, count, op, root, seq, cs] {
             run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs);
         };
@@ -275,11 +257,7 @@ private:
     template <class T, class Op>
     struct env;
 
-    //! What a call fixes when it is issued.
-    struct call_settings {
-        std::chrono::milliseconds timeout;
-        bool checked;
-    };
+    using call_settings = detail::call_settings;
 
     template <class T, class Op, class Algo>
     void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq,
@@ -290,9 +268,6 @@ private:
     std::shared_ptr<detail::threads_world> world_;
     int rank_;
     std::uint64_t next_seq_ = 1;
-    std::chrono::milliseconds timeout_;
-    std::chrono::milliseconds call_timeout_{0};
-    bool checked_;
     detail::scratch_buffer scratch_;
     std::vector<detail::descriptor> peer_desc_; //!< peers' descriptors, cached per collective
     std::vector<std::uint64_t> peer_checked_;   //!< seq for which each peer's signature was checked
@@ -421,21 +396,10 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     const ring_schedule sch{plan};
 
     detail::descriptor& mine = w.slot(rank_).desc[seq & 1];
-    mine.seq = seq;
     mine.in = in;
     mine.out = out;
     mine.scratch = plan.scratch_elems() ? scratch_.reserve(plan.scratch_elems() * sizeof(T)) : nullptr;
-    mine.count = count;
-    mine.elem_bytes = sizeof(T);
-    mine.coll = coll;
-    mine.root = root;
-    mine.channels = P.channels;
-    mine.type_id = detail::type_hash<T>();
-    mine.op_id = detail::type_hash<Op>();
-    mine.type_name = element_traits<T>::name();
-    mine.op_name = op_traits<Op>::name();
-    mine.algo_id = detail::type_hash<Algo>();
-    mine.algo_name = detail::algo_name<Algo>();
+    detail::describe_call<T, Op, Algo>(mine, coll, seq, count, root, P.channels);
     w.slot(rank_).sig[seq & 1].store(mine);
 
     // Stream stores past the cache when the ranks' buffers together
