@@ -12,6 +12,7 @@
 #include "plan/partition.hpp"
 #include "algo/schedule.hpp"
 #include "algo/ring.hpp"
+#include "algo/direct.hpp"
 #include "algo/hierarchical.hpp"
 #include "async/future.hpp"
 #include "backend/threads.hpp"

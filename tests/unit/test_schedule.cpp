@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 using namespace chorus;
@@ -41,12 +42,15 @@ bool overlap(const footprint& a, const footprint& b) {
     return a.rank == b.rank && a.loc == b.loc && a.begin < b.end && b.begin < a.end && a.loc != where::none;
 }
 
+// Runs schedules made by policy Algo (exec/rank_program.hpp's interface).
+template <class Algo>
 struct sim {
+    using schedule = decltype(Algo::make_schedule(schedule_args{}));
     collective coll;
     bool in_place;
     int n, root, channels;
-    std::uint64_t count, chunk_bytes;
-    std::vector<ring_schedule> sch;
+    std::uint64_t count;
+    std::vector<schedule> sch;
     std::vector<buffers> buf;
     // per (rank, channel): units done; started / returned flags per rank
     std::vector<std::vector<std::uint64_t>> done;
@@ -54,10 +58,13 @@ struct sim {
     std::vector<int> state;          // 0 not started, 1 running, 2 final waits, 3 returned
     std::string error;
 
-    sim(collective c, bool ip, int n_, int root_, int ch, std::uint64_t cnt, std::uint64_t cb)
-        : coll(c), in_place(ip), n(n_), root(root_), channels(ch), count(cnt), chunk_bytes(cb) {
-        for (int r = 0; r < n; ++r)
-            sch.push_back(ring_schedule{make_ring_plan(coll, r, n, root, count, 4, 0, channels, chunk_bytes)});
+    sim(collective c, bool ip, int n_, int root_, std::uint64_t cnt, int node_size = 0)
+        : coll(c), in_place(ip), n(n_), root(root_), count(cnt) {
+        for (int r = 0; r < n; ++r) {
+            const bool ip_r = in_place && (coll != collective::reduce || r == root) && coll != collective::broadcast;
+            sch.push_back(Algo::make_schedule(schedule_args{coll, r, n, root, count, 4, ip_r, node_size}));
+        }
+        channels = sch[0].channels();
         const std::uint64_t big = (coll == collective::all_gather || coll == collective::reduce_scatter)
                                       ? count * std::uint64_t(n)
                                       : count;
@@ -68,7 +75,7 @@ struct sim {
             const std::uint64_t out_len = coll == collective::reduce_scatter ? count : big;
             b.in.resize(in_len);
             b.out.resize(out_len);
-            b.scratch.resize(sch[std::size_t(r)].plan.scratch_elems());
+            b.scratch.resize(sch[std::size_t(r)].scratch_elems());
             for (std::uint64_t i = 0; i < in_len; ++i) {
                 const std::uint64_t idx = coll == collective::all_gather ? std::uint64_t(r) * count + i : i;
                 b.in[i] = {std::uint64_t(1) << (7 * r), idx + 1, 0};
@@ -86,7 +93,7 @@ struct sim {
         state.assign(std::size_t(n), 0);
     }
 
-    std::uint64_t total_units(int r) const { return sch[std::size_t(r)].plan.units() * std::uint64_t(channels); }
+    std::uint64_t total_units(int r) const { return sch[std::size_t(r)].units() * std::uint64_t(channels); }
 
     // In-place calls alias `in` and `out` the way the API defines it:
     // all_reduce / reduce (at the root): in == out; all_gather: in is block
@@ -113,22 +120,31 @@ struct sim {
         const std::uint64_t q = next[std::size_t(r)];
         c = int(q % std::uint64_t(channels));
         const std::uint64_t p = q / std::uint64_t(channels);
-        const auto& s = sch[std::size_t(r)];
-        return s.at(c, p / s.plan.steps, std::uint32_t(p % s.plan.steps));
+        return sch[std::size_t(r)].unit(c, p);
     }
 
-    bool waits_ok(const step& s, int c) const {
+    // A wait_spec as exec/rank_program.hpp's wait_for expands it.
+    bool wait_ok(const wait_spec& w, int self, int c) const {
+        if (w.peer < 0) return true;
+        const int span = w.span > 1 ? int(w.span) : 1;
+        for (int i = 0; i < span; ++i) {
+            const int peer = w.peer + i * int(w.stride);
+            if (span > 1 && peer == self) continue;
+            if (peer < 0 || peer >= n) return false; // never satisfiable: reported as a deadlock
+            if (state[std::size_t(peer)] == 0 || done[std::size_t(peer)][std::size_t(c)] < w.units) return false;
+        }
+        return true;
+    }
+    bool waits_ok(const step& s, int self, int c) const {
         for (const auto& w : s.waits)
-            if (w.peer >= 0 && (state[std::size_t(w.peer)] == 0 || done[std::size_t(w.peer)][std::size_t(c)] < w.units))
-                return false;
+            if (!wait_ok(w, self, c)) return false;
         return true;
     }
 
     bool final_ok(int r) const {
         const wait_spec w = sch[std::size_t(r)].final_wait();
-        if (w.peer < 0) return true;
         for (int c = 0; c < channels; ++c)
-            if (state[std::size_t(w.peer)] == 0 || done[std::size_t(w.peer)][std::size_t(c)] < w.units) return false;
+            if (!wait_ok(w, r, c)) return false;
         return true;
     }
 
@@ -140,7 +156,7 @@ struct sim {
             const step s = peek(r, c);
             if (s_out) *s_out = s;
             if (c_out) *c_out = c;
-            return waits_ok(s, c);
+            return waits_ok(s, r, c);
         }
         case 2: return final_ok(r);
         default: return false;
@@ -158,8 +174,13 @@ struct sim {
         for (int r = 0; r < n; ++r) {
             step s{};
             if (state[std::size_t(r)] != 1 || !enabled(r, &s)) continue;
-            add_fp(rd[std::size_t(r)], s.src0, s.count);
-            add_fp(rd[std::size_t(r)], s.src1, s.count);
+            if (s.fan_in >= 2) {
+                for (int q = 0; q < int(s.fan_in); ++q)
+                    add_fp(rd[std::size_t(r)], {s.source_rank(q), s.src0.loc, s.src0.offset}, s.count);
+            } else {
+                add_fp(rd[std::size_t(r)], s.src0, s.count);
+                add_fp(rd[std::size_t(r)], s.src1, s.count);
+            }
             add_fp(wr[std::size_t(r)], s.dst, s.count);
             add_fp(wr[std::size_t(r)], s.dst2, s.count);
         }
@@ -187,14 +208,29 @@ struct sim {
         }
         int c = 0;
         step s = peek(r, c);
+        const operand fan_src = s.src0; // fan-in sources are named before aliasing
         const bool writes_peer = s.dst.rank != r && s.dst.loc != where::none && s.count != 0;
         s.dst = resolve(s.dst);
         s.src0 = resolve(s.src0);
         s.src1 = resolve(s.src1);
         s.dst2 = resolve(s.dst2);
         if (writes_peer) error = "a step's dst is another rank's buffer";
-        for (const operand* o : {&s.dst, &s.dst2, &s.src0, &s.src1}) {
+        std::vector<operand> srcs;
+        if (s.fan_in >= 2) {
+            for (int q = 0; q < int(s.fan_in); ++q)
+                srcs.push_back(resolve({fan_src.rank + q * int(s.fan_stride), fan_src.loc, fan_src.offset}));
+        } else {
+            srcs.push_back(s.src0);
+            if (s.src1.loc != where::none) srcs.push_back(s.src1);
+        }
+        std::vector<const operand*> all{&s.dst, &s.dst2};
+        for (const operand& o : srcs) all.push_back(&o);
+        for (const operand* o : all) {
             if (o->loc == where::none || s.count == 0) continue;
+            if (o->rank < 0 || o->rank >= n) {
+                error = "operand names rank " + std::to_string(o->rank);
+                return;
+            }
             if (state[std::size_t(o->rank)] == 0) error = "rank " + std::to_string(r) + " touches a buffer of rank " + std::to_string(o->rank) + " before it registered them";
             if (state[std::size_t(o->rank)] == 3) error = "rank " + std::to_string(r) + " touches a buffer of returned rank " + std::to_string(o->rank);
             if (o->offset + s.count > vec(*o).size()) {
@@ -203,19 +239,19 @@ struct sim {
             }
         }
         if (s.count != 0 && error.empty()) {
-            auto& d = vec(s.dst);
-            auto& a = vec(s.src0);
             std::vector<sym> tmp(s.count);
             for (std::uint64_t i = 0; i < s.count; ++i) {
-                sym v = a[s.src0.offset + i];
-                if (s.src1.loc != where::none) {
-                    const sym& b = vec(s.src1)[s.src1.offset + i];
-                    if (b.index != v.index || v.index == 0) error = "combined elements of different indices or garbage";
+                sym v = vec(srcs[0])[srcs[0].offset + i];
+                for (std::size_t q = 1; q < srcs.size(); ++q) {
+                    const sym& b = vec(srcs[q])[srcs[q].offset + i];
+                    if (b.index != v.index || v.index == 0) error = "combined elements of different indices or garbage: " + std::to_string(v.index) + " vs " + std::to_string(b.index) + " src rank " + std::to_string(srcs[q].rank) + " loc " + std::to_string(int(srcs[q].loc)) + " first loc " + std::to_string(int(srcs[0].loc));
+                    if (b.finishes != 0 || v.finishes != 0) error = "combined a finished element";
                     v.counts += b.counts;
                 }
                 if (s.finish) ++v.finishes;
                 tmp[i] = v;
             }
+            auto& d = vec(s.dst);
             for (std::uint64_t i = 0; i < s.count; ++i) d[s.dst.offset + i] = tmp[i];
             if (s.dst2.loc != where::none)
                 for (std::uint64_t i = 0; i < s.count; ++i) vec(s.dst2)[s.dst2.offset + i] = tmp[i];
@@ -273,42 +309,92 @@ struct sim {
 
 } // namespace
 
-TEST_CASE("ring schedules: every interleaving sampled is race-free, deadlock-free and exact") {
-    std::mt19937 rng(12345);
+// Every collective x n = 1..9 x counts x roots x in place, sampled
+// interleavings; `configs` lists the policy's variants to try.
+template <class... Algos>
+int simulate_policies(std::mt19937& rng, int node_size = 0) {
     int runs = 0;
     for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
                             collective::broadcast, collective::reduce}) {
         for (int n = 1; n <= 9; ++n) {
-            for (int channels : {1, 2}) {
-                for (std::uint64_t count : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(n - 1 > 0 ? n - 1 : 0),
-                                            std::uint64_t(n + 1), std::uint64_t(37)}) {
-                    for (std::uint64_t chunk_bytes : {16u, 4096u}) {
-                        const int roots = (coll == collective::broadcast || coll == collective::reduce) ? (n < 3 ? n : 3) : 1;
-                        for (int root = 0; root < roots; ++root) {
-                            const int tries = n <= 4 ? 6 : 2;
-                            for (int t = 0; t < 2 * tries; ++t) {
-                                const bool in_place = t % 2 == 1 && coll != collective::broadcast;
-                                sim s(coll, in_place, n, root == 2 ? n - 1 : root, channels, count, chunk_bytes);
-                                const bool ok = s.run(rng);
-                                ++runs;
-                                CAPTURE(collective_name(coll));
-                                CAPTURE(n);
-                                CAPTURE(channels);
-                                CAPTURE(count);
-                                CAPTURE(chunk_bytes);
-                                CAPTURE(root);
-                                CAPTURE(in_place);
-                                REQUIRE_MESSAGE(ok, s.error);
-                                const std::string v = s.verify();
-                                REQUIRE_MESSAGE(v.empty(), v);
-                            }
-                        }
+            for (std::uint64_t count : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(n - 1 > 0 ? n - 1 : 0),
+                                        std::uint64_t(n + 1), std::uint64_t(37)}) {
+                const int roots = (coll == collective::broadcast || coll == collective::reduce) ? (n < 3 ? n : 3) : 1;
+                for (int root = 0; root < roots; ++root) {
+                    const int tries = n <= 4 ? 6 : 2;
+                    for (int t = 0; t < 2 * tries; ++t) {
+                        const bool in_place = t % 2 == 1 && coll != collective::broadcast;
+                        auto one = [&]<class Algo>(Algo*) {
+                            sim<Algo> s(coll, in_place, n, root == 2 ? n - 1 : root, count, node_size);
+                            const bool ok = s.run(rng);
+                            ++runs;
+                            const std::string algo = Algo::name, coll_name = collective_name(coll);
+                            CAPTURE(algo);
+                            CAPTURE(coll_name);
+                            CAPTURE(n);
+                            CAPTURE(s.channels);
+                            CAPTURE(count);
+                            CAPTURE(root);
+                            CAPTURE(in_place);
+                            CAPTURE(node_size);
+                            REQUIRE_MESSAGE(ok, s.error);
+                            const std::string v = s.verify();
+                            REQUIRE_MESSAGE(v.empty(), v);
+                        };
+                        (one(static_cast<Algos*>(nullptr)), ...);
                     }
                 }
             }
         }
     }
+    return runs;
+}
+
+TEST_CASE("ring schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    std::mt19937 rng(12345);
+    const int runs = simulate_policies<ring<{1, 16}>, ring<{1, 4096}>, ring<{2, 16}>, ring<{2, 4096}>>(rng);
     MESSAGE("simulated runs: " << runs);
+}
+
+TEST_CASE("direct schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    std::mt19937 rng(777);
+    const int runs =
+        simulate_policies<direct<{1, 16}>, direct<{1, 4096}>, direct<{2, 16}>, direct<{3, 1 << 20}>>(rng);
+    MESSAGE("simulated runs: " << runs);
+}
+
+TEST_CASE("hierarchical schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    // n = 1..9 with node sizes 1..4: the composite AllReduce where L divides
+    // n (and L < n), Intra's flat schedule everywhere else.
+    std::mt19937 rng(4242);
+    int runs = 0;
+    for (int L : {1, 2, 3, 4}) {
+        CAPTURE(L);
+        runs += simulate_policies<hierarchical<ring<{1, 16}>, ring<{1, 16}>>,
+                                  hierarchical<ring<{2, 16}>, direct<{1, 4096}>>,
+                                  hierarchical<direct<{1, 16}>, ring<{3, 4096}>>,
+                                  hierarchical<direct<{2, 4096}>, direct<{1, 16}>>>(rng, L);
+    }
+    MESSAGE("simulated runs: " << runs);
+}
+
+TEST_CASE("hierarchical schedules: one type, the same unit count on every rank, flat fallback") {
+    using H = hierarchical<ring<{2, 64}>, direct<{1, 16}>>;
+    static_assert(std::is_trivially_copyable_v<H::schedule>);
+    constexpr schedule_args args{collective::all_reduce, 5, 8, 0, 1009, 4, false, 2};
+    constexpr H::schedule s = H::make_schedule(args);
+    static_assert(!s.flat && s.channels() == 2 && s.nodes == 4 && s.node_size == 2);
+    constexpr step st = s.unit(1, 0); // phase A: ring reduce-scatter with the node peer, rank 4
+    static_assert(st.src0.rank == 4 && st.dst.rank == 5 && !st.finish);
+    for (int L : {2, 4})
+        for (std::uint64_t count : {0ull, 1ull, 3ull, 1009ull, 100003ull}) {
+            const std::uint64_t u0 = H::make_schedule({collective::all_reduce, 0, 8, 0, count, 4, false, L}).units();
+            for (int r = 1; r < 8; ++r)
+                CHECK(H::make_schedule({collective::all_reduce, r, 8, 0, count, 4, r % 2 == 1, L}).units() == u0);
+        }
+    for (int L : {0, 3, 8, 9})
+        CHECK(H::make_schedule({collective::all_reduce, 1, 8, 0, 100, 4, false, L}).flat);
+    CHECK(H::make_schedule({collective::reduce_scatter, 1, 8, 0, 100, 4, false, 2}).flat);
 }
 
 TEST_CASE("ring schedules compile to constant expressions (device-clean, no allocation)") {

@@ -6,15 +6,179 @@
 //! share, an intra-node all-gather).
 //!
 //! `Intra` names the algorithm inside a node and `Inter` the one between
-//! nodes. On the MPI backend the intra-node phases run over shared memory
-//! (each rank reduces its share straight out of its node peers' windows)
-//! and the inter-node phase runs `Inter` over MPI point-to-point,
-//! pipelined in Inter::params.chunk_bytes. On the threads backend every
-//! rank is on one node, so hierarchical<Intra, Inter> runs `Intra`.
+//! nodes; each may be ring<...> or direct<...>. On the MPI backend the
+//! intra-node phases run over shared memory (each rank reduces its share
+//! straight out of its node peers' windows) and the inter-node phase runs
+//! `Inter` over MPI point-to-point, pipelined in Inter::params.chunk_bytes.
+//!
+//! make_schedule (the schedule executors run, e.g. the threads backend,
+//! which emulates a node split with CHORUS_RANKS_PER_NODE) returns a
+//! hierarchical_schedule. With schedule_args::node_size = L, 0 < L < n and
+//! n % L == 0 (N = n / L nodes; node j = ranks jL .. jL+L-1; rank jL+l has
+//! local rank l), AllReduce is the composite below. Every other case (the
+//! other collectives, node_size 0, node_size >= n, n % node_size != 0) runs
+//! Intra's own schedule over all ranks ("flat").
+//!
+//! Composite AllReduce, per channel (all phases use Intra's channel count;
+//! part l = split(count, l of L), the alignment-aware split):
+//!   [0, UA)          A: Intra's reduce-scatter phase inside the node: local
+//!                    rank l ends with part l reduced over its node in
+//!                    out, no epilogue.
+//!   UA               sync: waits until every node peer has done A (phase
+//!                    B overwrites part l, which A may still read).
+//!   [UA+1, S)        B: Inter's whole AllReduce of part l among the ranks
+//!                    {jL + l : j}, in place on out (its `in` is our out),
+//!                    with the epilogue; padded with no-op units to UB,
+//!                    the largest B over all l, so S = UA + 1 + UB is the
+//!                    same point on every rank.
+//!   S                sync: waits until every node peer and every rank of
+//!                    our inter-node group has done B (C overwrites what
+//!                    B and A read, and reads the peers' final parts).
+//!   [S+1, S+1+UC)    C: Intra's all-gather phase inside the node.
+//! A sub-schedule's waits "peer >= u" become "peer >= (phase start) + u",
+//! its ranks are mapped from group to absolute ranks. Before returning a
+//! rank waits until every node peer has finished (they read our out in C;
+//! the inter-node readers of B were covered by the sync at S).
+//! (With ring/direct phases the two syncs overlap: each alone, together
+//! with the lifted waits, already orders A's reads before B's and C's
+//! writes, as the simulation in tests/unit/test_schedule.cpp confirms; both
+//! are kept so that correctness does not hinge on the phases' internals.)
+//! Each phase keeps its unit count within a quarter of the flag's 2^31
+//! unit range (by using fewer, larger chunks), so the composite's fits.
+//! The operator must be commutative (checked where collectives are issued).
 
+#include <cstdint>
+
+#include "direct.hpp"
 #include "ring.hpp"
 
 namespace chorus {
+
+namespace detail {
+//! The parts of an AllReduce pattern hierarchical<> composes.
+enum class hier_phase : std::uint8_t { reduce_scatter, all_reduce, all_gather };
+
+//! A policy's schedule for one phase of AllReduce with explicit channels
+//! (over the group of ranks `a` describes; `base_offset` as in make_ring_plan).
+template <ring_params P>
+constexpr ring_schedule phase_schedule(ring<P>*, const schedule_args& a, int channels, hier_phase ph,
+                                       std::uint64_t base_offset) {
+    const ring_phase rp = ph == hier_phase::reduce_scatter ? ring_phase::reduce_scatter
+                          : ph == hier_phase::all_gather   ? ring_phase::all_gather
+                                                           : ring_phase::whole;
+    ring_schedule s{make_ring_plan(collective::all_reduce, a.rank, a.nranks, 0, a.count, a.elem_bytes, base_offset,
+                                   channels, P.chunk_bytes, rp)};
+    // The whole pattern is planned for the flag's full range: keep it to a
+    // quarter, like the other phases (fewer chunks: larger ones, same result).
+    const std::uint64_t cap = (std::uint64_t(1) << 29) / (s.plan.steps ? s.plan.steps : 1);
+    if (s.plan.chunks > cap) s.plan.chunks = cap;
+    return s;
+}
+template <direct_params P>
+constexpr direct_schedule phase_schedule(direct<P>*, const schedule_args& a, int channels, hier_phase ph,
+                                         std::uint64_t base_offset) {
+    const direct_phase dp = ph == hier_phase::reduce_scatter ? direct_phase::reduce_scatter
+                            : ph == hier_phase::all_gather   ? direct_phase::all_gather
+                                                             : direct_phase::whole;
+    direct_schedule s = make_direct_schedule(a, channels, P.chunk_bytes, dp, base_offset);
+    const std::uint64_t cap = ((std::uint64_t(1) << 29) - 1) / 2; // as for ring: a quarter of the flag's range
+    if (dp == direct_phase::whole && s.chunks > cap) s.chunks = cap;
+    return s;
+}
+} // namespace detail
+
+//! What hierarchical<Intra, Inter>::make_schedule returns: the composite
+//! AllReduce described above, or (flat) Intra's schedule over all ranks.
+//! Trivially copyable, constexpr and device-clean like its parts.
+template <class IntraS, class InterS>
+struct hierarchical_schedule {
+    IntraS a{};                   //!< flat: the whole schedule; else phase A (node reduce-scatter)
+    InterS b{};                   //!< phase B (inter-node all-reduce of our part, group-relative)
+    IntraS c{};                   //!< phase C (node all-gather)
+    bool flat = true;
+    int me = 0;                   //!< absolute rank
+    int node_size = 1;            //!< L
+    int nodes = 1;                //!< N
+    std::uint64_t part_begin = 0; //!< where our part starts (phase B's offset)
+    std::uint64_t ua = 0, ub = 0, uc = 0;
+
+    // The schedule interface (exec/rank_program.hpp).
+    CHORUS_HD constexpr int rank() const { return me; }
+    CHORUS_HD constexpr int channels() const { return a.channels(); }
+    CHORUS_HD constexpr std::uint64_t units() const { return flat ? a.units() : start_c() + uc; }
+    CHORUS_HD constexpr std::uint64_t scratch_elems() const {
+        if (flat) return a.scratch_elems();
+        std::uint64_t m = a.scratch_elems() > c.scratch_elems() ? a.scratch_elems() : c.scratch_elems();
+        const std::uint64_t mb = b.scratch_elems() ? part_begin + b.scratch_elems() : 0;
+        return mb > m ? mb : m;
+    }
+    CHORUS_HD constexpr step unit(int ch, std::uint64_t p) const {
+        if (flat) return a.unit(ch, p);
+        if (p < ua) return lift(a.unit(ch, p), node_base(), 1, 0, 0, false);
+        step s{};
+        if (p == ua) {
+            s.waits[0] = node_group(ua);
+            return s;
+        }
+        if (p < sync_c()) {
+            const std::uint64_t q = p - start_b();
+            if (q >= b.units()) return s; // padding: our part needs fewer units than the largest
+            return lift(b.unit(ch, q), local(), node_size, part_begin, start_b(), true);
+        }
+        if (p == sync_c()) {
+            s.waits[0] = node_group(p);
+            s.waits[1] = inter_group(p);
+            return s;
+        }
+        return lift(c.unit(ch, p - start_c()), node_base(), 1, 0, start_c(), false);
+    }
+    CHORUS_HD constexpr wait_spec final_wait() const { return flat ? a.final_wait() : node_group(units()); }
+
+    CHORUS_HD constexpr int local() const { return me % node_size; }
+    CHORUS_HD constexpr int node_base() const { return me - local(); }
+    CHORUS_HD constexpr std::uint64_t start_b() const { return ua + 1; }
+    CHORUS_HD constexpr std::uint64_t sync_c() const { return ua + 1 + ub; }
+    CHORUS_HD constexpr std::uint64_t start_c() const { return ua + 2 + ub; }
+    //! Every other rank of our node has done `u` units.
+    CHORUS_HD constexpr wait_spec node_group(std::uint64_t u) const {
+        if (node_size <= 1) return {};
+        return {node_base(), u, static_cast<std::uint16_t>(node_size), 1};
+    }
+    //! Every other rank of our inter-node group has done `u` units.
+    CHORUS_HD constexpr wait_spec inter_group(std::uint64_t u) const {
+        if (nodes <= 1) return {};
+        return {local(), u, static_cast<std::uint16_t>(nodes), static_cast<std::uint16_t>(node_size)};
+    }
+
+    //! A sub-schedule's step in absolute terms: group rank g is rank
+    //! gbase + g * gstride, offsets move by `off`, waits by `ubase` units;
+    //! `in_to_out`: the sub-schedule's `in` is our `out` (phase B, in place).
+    //! Only phase B keeps the epilogue.
+    CHORUS_HD static constexpr operand lift_operand(operand o, int gbase, int gstride, std::uint64_t off,
+                                                    bool in_to_out) {
+        if (o.loc == where::none) return o;
+        o.rank = gbase + o.rank * gstride;
+        o.offset += off;
+        if (in_to_out && o.loc == where::in) o.loc = where::out;
+        return o;
+    }
+    CHORUS_HD static constexpr step lift(step s, int gbase, int gstride, std::uint64_t off, std::uint64_t ubase,
+                                         bool phase_b) {
+        s.dst = lift_operand(s.dst, gbase, gstride, off, phase_b);
+        s.dst2 = lift_operand(s.dst2, gbase, gstride, off, phase_b);
+        s.src0 = lift_operand(s.src0, gbase, gstride, off, phase_b);
+        s.src1 = lift_operand(s.src1, gbase, gstride, off, phase_b);
+        s.fan_stride = static_cast<std::uint16_t>(int(s.fan_stride) * gstride);
+        if (!phase_b) s.finish = false;
+        for (wait_spec& w : s.waits) {
+            if (w.peer < 0) continue;
+            w.peer = gbase + w.peer * gstride;
+            w.units += ubase;
+            w.stride = static_cast<std::uint16_t>(int(w.stride) * gstride);
+        }
+        return s;
+    }
+};
 
 template <class Intra = ring<>, class Inter = ring<>>
 struct hierarchical {
@@ -22,11 +186,58 @@ struct hierarchical {
     static_assert(requires { Inter::params; }, "chorus: hierarchical<Intra, Inter>: Inter must be an algorithm policy");
     using intra = Intra;
     using inter = Inter;
+    using schedule = hierarchical_schedule<decltype(Intra::make_schedule(schedule_args{})),
+                                           decltype(Inter::make_schedule(schedule_args{}))>;
     //! The tuning every backend without a node split uses (threads: one node).
-    static constexpr ring_params params = Intra::params;
+    static constexpr auto params = Intra::params;
     static constexpr bool reorders_operands = true;
     static constexpr bool is_hierarchical = true;
     static constexpr const char* name = "hierarchical";
+
+    //! See the file comment: the composite AllReduce when a.node_size splits
+    //! the ranks into several nodes, otherwise Intra's schedule.
+    static constexpr schedule make_schedule(const schedule_args& a) {
+        schedule s{};
+        s.me = a.rank;
+        const int L = a.node_size;
+        if (a.coll != collective::all_reduce || L <= 0 || L >= a.nranks || a.nranks % L != 0) {
+            s.a = Intra::make_schedule(a);
+            return s;
+        }
+        constexpr int ch = Intra::params.channels;
+        s.flat = false;
+        s.node_size = L;
+        s.nodes = a.nranks / L;
+        const int l = a.rank % L;
+        schedule_args node = a;
+        node.coll = collective::all_reduce;
+        node.rank = l;
+        node.nranks = L;
+        node.root = 0;
+        s.a = detail::phase_schedule(static_cast<Intra*>(nullptr), node, ch, detail::hier_phase::reduce_scatter, 0);
+        s.c = detail::phase_schedule(static_cast<Intra*>(nullptr), node, ch, detail::hier_phase::all_gather, 0);
+        s.ua = s.a.units();
+        s.uc = s.c.units();
+        const alignment al = alignment_of(a.elem_bytes, 0);
+        for (int q = 0; q < L; ++q) { // every local rank's phase B, for the common length UB
+            const index_range pt = split({0, a.count}, std::uint64_t(q), std::uint64_t(L), al);
+            schedule_args grp = a;
+            grp.rank = a.rank / L;
+            grp.nranks = s.nodes;
+            grp.root = 0;
+            grp.count = pt.size();
+            grp.in_place = true; // phase B works on out
+            const auto sub = detail::phase_schedule(static_cast<Inter*>(nullptr), grp, ch,
+                                                    detail::hier_phase::all_reduce,
+                                                    (pt.begin * a.elem_bytes) % vector_bytes);
+            if (sub.units() > s.ub) s.ub = sub.units();
+            if (q == l) {
+                s.b = sub;
+                s.part_begin = pt.begin;
+            }
+        }
+        return s;
+    }
 };
 
 namespace detail {

@@ -38,6 +38,14 @@
 //! never leaves a peer reading the caller's buffers.
 //! Operand order: dst = (value from pred) op (own value), so ring<> needs a
 //! commutative operator (the chain starts at a different rank per slice).
+//!
+//! Phases (ring_phase; hierarchical<> composes them, ring<> itself always
+//! runs `whole`). AllReduce only:
+//!   reduce_scatter  T = n: the steps t = 0..n-1 of AllReduce (the last one
+//!                   the sync step), without the epilogue: rank r ends with
+//!                   part r reduced over the ring in its out. (n = 1: a copy.)
+//!   all_gather      T = n-1: t: s = r-t-1; out[s] = pred.out[s], taking
+//!                   part r of out as final. waits: pred >= p. (n = 1: none.)
 
 #include <cstddef>
 #include <cstdint>
@@ -54,6 +62,11 @@ struct ring_params {
     std::size_t chunk_bytes = 256 << 10;  //!< pipelining granularity per channel
 };
 
+struct ring_schedule;
+
+//! Which part of the AllReduce pattern a ring schedule runs (see above).
+enum class ring_phase : std::uint8_t { whole, reduce_scatter, all_gather };
+
 //! Ring algorithm policy: bandwidth-optimal, 2(n-1) latency steps for AllReduce.
 template <ring_params P = ring_params{}>
 struct ring {
@@ -63,6 +76,7 @@ struct ring {
     static constexpr ring_params params = P;
     static constexpr bool reorders_operands = true;
     static constexpr const char* name = "ring";
+    static constexpr ring_schedule make_schedule(const schedule_args& a);
 };
 
 //! Everything every rank must agree on to run one ring collective.
@@ -77,6 +91,7 @@ struct ring_plan {
     std::uint32_t steps = 0;      //!< steps per chunk (T)
     alignment align{};            //!< aligned indices of the full-size buffer
     std::uint64_t slot_elems = 0; //!< scratch slot capacity (ReduceScatter, Reduce), else 0
+    ring_phase phase = ring_phase::whole; //!< AllReduce only: the part of the pattern to run
 
     CHORUS_HD constexpr std::uint64_t units() const { return chunks * steps; }
     //! Elements of scratch each rank registers: two slots per channel.
@@ -100,9 +115,10 @@ struct ring_plan {
 
 //! Plans a ring collective. `count` as in ring_plan::count; `base_offset`
 //! is the byte offset modulo 16 of the full-size buffer that all ranks agree on.
+//! `phase` (AllReduce only) selects a part of the AllReduce pattern.
 CHORUS_HD constexpr ring_plan make_ring_plan(collective coll, int rank, int nranks, int root, std::uint64_t count,
                                              std::uint64_t elem_bytes, std::uint64_t base_offset, int channels,
-                                             std::uint64_t chunk_bytes) {
+                                             std::uint64_t chunk_bytes, ring_phase phase = ring_phase::whole) {
     ring_plan p{};
     p.coll = coll;
     p.nranks = nranks;
@@ -112,26 +128,28 @@ CHORUS_HD constexpr ring_plan make_ring_plan(collective coll, int rank, int nran
     p.count = count;
     p.align = alignment_of(elem_bytes, base_offset);
     const int n = nranks;
+    if (coll != collective::all_reduce) phase = ring_phase::whole;
+    p.phase = phase;
     switch (coll) {
-    case collective::all_reduce: p.steps = n == 1 ? 1u : std::uint32_t(2 * (n - 1)); break;
+    case collective::all_reduce:
+        p.steps = phase == ring_phase::reduce_scatter ? std::uint32_t(n)
+                  : phase == ring_phase::all_gather   ? std::uint32_t(n - 1)
+                  : n == 1                            ? 1u
+                                                      : std::uint32_t(2 * (n - 1));
+        break;
     case collective::all_gather: p.steps = std::uint32_t(n); break;
     case collective::reduce_scatter: p.steps = n == 1 ? 1u : std::uint32_t(n - 1); break;
     case collective::broadcast:
     case collective::reduce: p.steps = 1; break;
     case collective::barrier: p.steps = 0; break;
     }
-    if (coll == collective::barrier) return p;
-    const std::uint64_t g = p.align.aligned ? p.align.granule : 1;
+    if (coll == collective::barrier || p.steps == 0) return p;
     const std::uint64_t slice_len =
         coll == collective::all_reduce ? max_part_bound(count, std::uint64_t(n), p.align) : count;
     const std::uint64_t channel_len = max_part_bound(slice_len, std::uint64_t(channels), p.align);
-    std::uint64_t chunk_elems = chunk_bytes / (elem_bytes ? elem_bytes : 1);
-    chunk_elems = chunk_elems / g * g;
-    if (chunk_elems < g) chunk_elems = g;
-    std::uint64_t k = detail::ceil_div(channel_len, chunk_elems);
-    const std::uint64_t max_chunks = (std::uint64_t(1) << 31) / p.steps; // units fit the flag's low 32 bits
-    if (k > max_chunks) k = max_chunks;
-    p.chunks = k ? k : 1;
+    // Units fit the flag's low 32 bits; a composite runs three phases in one count.
+    const std::uint64_t max_units = (std::uint64_t(1) << 31) / (phase != ring_phase::whole ? 4 : 1);
+    p.chunks = chunk_count(channel_len, elem_bytes, chunk_bytes, p.align, p.steps, max_units);
     if (coll == collective::reduce_scatter || coll == collective::reduce)
         p.slot_elems = n > 1 ? max_part_bound(channel_len, p.chunks, p.align) : 0;
     return p;
@@ -141,6 +159,15 @@ CHORUS_HD constexpr ring_plan make_ring_plan(collective coll, int rank, int nran
 //! (plan, channel, chunk, step) gives the same step on host and device.
 struct ring_schedule {
     ring_plan plan{};
+
+    // The schedule interface (exec/rank_program.hpp).
+    CHORUS_HD constexpr int rank() const { return plan.rank; }
+    CHORUS_HD constexpr int channels() const { return plan.channels; }
+    CHORUS_HD constexpr std::uint64_t units() const { return plan.units(); }
+    CHORUS_HD constexpr std::uint64_t scratch_elems() const { return plan.scratch_elems(); }
+    CHORUS_HD constexpr step unit(int c, std::uint64_t p) const {
+        return at(c, p / plan.steps, static_cast<std::uint32_t>(p % plan.steps));
+    }
 
     CHORUS_HD constexpr int n() const { return plan.nranks; }
     CHORUS_HD constexpr int r() const { return plan.rank; }
@@ -179,13 +206,21 @@ struct ring_schedule {
             s.count = rg.size();
             s.src0 = {me, where::in, rg.begin};
             s.dst = {me, where::out, rg.begin};
-            s.finish = plan.coll != collective::all_gather;
+            s.finish = plan.coll != collective::all_gather && plan.phase == ring_phase::whole;
             return s;
         }
         const int pr = pred();
         const int su = succ();
         switch (plan.coll) {
         case collective::all_reduce: {
+            if (plan.phase == ring_phase::all_gather) {
+                const index_range rg = plan.chunk(detail::mod(me - int(t) - 1, n_), c, k);
+                s.count = rg.size();
+                s.dst = {me, where::out, rg.begin};
+                s.src0 = {pr, where::out, rg.begin};
+                s.waits[0] = {pr, p};
+                return s;
+            }
             const bool rs = t < std::uint32_t(n_ - 1);
             const int sl = rs ? detail::mod(me - int(t) - 1, n_) : detail::mod(me - (int(t) - (n_ - 1)), n_);
             const index_range rg = plan.chunk(sl, c, k);
@@ -197,7 +232,7 @@ struct ring_schedule {
                 s.src0 = {pr, t == 0 ? where::in : where::out, rg.begin};
                 s.src1 = {me, where::in, rg.begin};
                 if (t == std::uint32_t(n_ - 2)) {
-                    s.finish = true;
+                    s.finish = plan.phase == ring_phase::whole;
                     s.dst2 = {su, where::out, rg.begin};
                     s.waits[1] = {su, 0};
                 }
@@ -275,9 +310,19 @@ struct ring_schedule {
         if (su < 0 || plan.coll == collective::barrier) return {};
         if (plan.coll == collective::broadcast) return {detail::mod(plan.root - 1, n()), plan.units()};
         if (plan.coll == collective::reduce) return {plan.root, plan.units()};
-        if (plan.coll == collective::all_reduce && n() == 2) return {su, plan.units() - 1};
+        if (plan.coll == collective::all_reduce && plan.phase == ring_phase::whole && n() == 2)
+            return {su, plan.units() - 1};
         return {su, plan.units()};
     }
 };
+
+template <ring_params P>
+constexpr ring_schedule ring<P>::make_schedule(const schedule_args& a) {
+    // Planned relative to a 16-byte aligned base: ranks must agree on the
+    // plan and may hold buffers at different offsets; executors peel each
+    // chunk's ragged head and tail themselves.
+    return ring_schedule{make_ring_plan(a.coll, a.rank, a.nranks, a.root, a.count, a.elem_bytes, 0, P.channels,
+                                        P.chunk_bytes)};
+}
 
 } // namespace chorus

@@ -45,10 +45,14 @@ struct operand {
 };
 
 //! Wait until rank `peer` has finished `units` units on this channel
-//! (peer < 0: no wait).
+//! (peer < 0: no wait). With span > 1 the wait covers the ranks
+//! peer + i * stride for i < span (a group: "every rank of my node"),
+//! skipping the waiting rank itself.
 struct wait_spec {
     int peer = -1;
     std::uint64_t units = 0;
+    std::uint16_t span = 0;   //!< 0 or 1: the single rank `peer`
+    std::uint16_t stride = 1;
 };
 
 //! One unit of work: dst = src0 op src1 (src1.loc == none: dst = src0),
@@ -56,6 +60,11 @@ struct wait_spec {
 //! the same values also go to dst2 when dst2.loc != none. dst belongs to
 //! the executing rank; dst2 may be a peer's buffer (a "push"). count == 0
 //! is a pure synchronisation step.
+//! Fan-in (fan_in >= 2): the sources are the same slice (src0.loc,
+//! src0.offset) of ranks src0.rank + q * fan_stride, q = 0..fan_in-1,
+//! combined in that order, element by element (every source of element i
+//! is read before element i is written, so dst may be one of them); src1
+//! is unused. This is the N-source reduce-copy of one-shot algorithms.
 struct step {
     operand dst{};
     operand dst2{};
@@ -63,7 +72,25 @@ struct step {
     operand src1{};
     std::uint64_t count = 0;
     bool finish = false;
+    std::uint16_t fan_in = 0;
+    std::uint16_t fan_stride = 1;
     wait_spec waits[2]{};
+
+    //! Rank of fan-in source q.
+    CHORUS_HD constexpr int source_rank(int q) const { return src0.rank + q * int(fan_stride); }
+};
+
+//! What a policy needs to plan one collective on one rank. Every rank of
+//! the collective passes the same values except `rank` and `in_place`.
+struct schedule_args {
+    collective coll = collective::all_reduce;
+    int rank = 0;
+    int nranks = 1;
+    int root = 0;
+    std::uint64_t count = 0;      //!< AllReduce/Broadcast/Reduce: elements; AllGather/ReduceScatter: per-rank block
+    std::uint64_t elem_bytes = 1;
+    bool in_place = false;        //!< this rank's in and out are the same memory (as the API defines in place)
+    int node_size = 0;            //!< ranks per node for hierarchical policies (0: one node)
 };
 
 namespace detail {

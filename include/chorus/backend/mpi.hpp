@@ -1085,6 +1085,12 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
     if (count == 0) return;
 
     constexpr bool hier = detail::hierarchical_policy<Algo>;
+    constexpr bool ring_tuned = [] {
+        if constexpr (hier) return std::is_same_v<std::remove_cv_t<decltype(Algo::inter::params)>, ring_params>;
+        else return std::is_same_v<std::remove_cv_t<decltype(Algo::params)>, ring_params>;
+    }();
+    static_assert(ring_tuned, "chorus: communicator<mpi> runs ring<> and hierarchical<Intra, ring<>>; direct<> runs on "
+                              "the threads and gpu backends");
     constexpr ring_params P = [] {
         if constexpr (hier) return Algo::inter::params;
         else return Algo::params;

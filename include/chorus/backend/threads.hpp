@@ -114,12 +114,23 @@ public:
         if (const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0 && static_cast<std::uint64_t>(l3) < llc_bytes_)
             llc_bytes_ = static_cast<std::uint64_t>(l3);
 #endif
+        // CHORUS_RANKS_PER_NODE=k: emulate a node split for hierarchical<>
+        // policies (ranks are threads of one process, so the split only
+        // changes the schedule: nodes of k consecutive ranks). Read once per
+        // communicator; unset, invalid or non-positive: 0 (one node).
+        if (const char* v = std::getenv("CHORUS_RANKS_PER_NODE"); v != nullptr && *v != '\0') {
+            char* end = nullptr;
+            const long k = std::strtol(v, &end, 10);
+            if (end != nullptr && *end == '\0' && k > 0 && k <= 65535) node_size_ = static_cast<int>(k);
+        }
     }
     int size() const noexcept { return size_; }
     rank_slot& slot(int r) { return slots_[static_cast<std::size_t>(r)]; }
     const backoff_policy& backoff() const noexcept { return backoff_; }
     //! Last-level cache size: working sets beyond it are streamed past the cache.
     std::uint64_t llc_bytes() const noexcept { return llc_bytes_; }
+    //! Ranks per emulated node (CHORUS_RANKS_PER_NODE; 0: one node).
+    int node_size() const noexcept { return node_size_; }
     const std::atomic<bool>& abort_flag() const noexcept { return aborted_; }
     bool aborted() const noexcept { return aborted_.load(std::memory_order_acquire); }
     const std::atomic<bool>& gone(int r) const noexcept { return gone_[static_cast<std::size_t>(r)]; }
@@ -164,6 +175,7 @@ private:
     errc code_ = errc::aborted;
     backoff_policy backoff_{};
     std::uint64_t llc_bytes_ = std::uint64_t(32) << 20;
+    int node_size_ = 0;
 };
 
 //! Throws when `p` is GPU device memory: ranks that are host threads cannot
@@ -370,6 +382,18 @@ struct communicator<threads>::env {
         if (s.count == 0) return detail::status::ok;
         T* dst = base(s.dst);
         T* dst2 = s.dst2.loc == where::none ? nullptr : base(s.dst2);
+        if (s.fan_in >= 2) {
+            thread_local std::vector<const T*> srcs; // grows once per thread and type
+            srcs.resize(s.fan_in);
+            for (int q = 0; q < int(s.fan_in); ++q) {
+                srcs[std::size_t(q)] = base({s.source_rank(q), s.src0.loc, s.src0.offset});
+                if (srcs[std::size_t(q)] == nullptr) return detail::status::mismatch;
+            }
+            if (dst == nullptr || (s.dst2.loc != where::none && dst2 == nullptr)) return detail::status::mismatch;
+            detail::host_reduce_fan(dst, dst2, srcs.data(), int(s.fan_in),
+                                    static_cast<std::size_t>(s.count), op, s.finish ? w.size() : 0);
+            return detail::status::ok;
+        }
         const T* a = base(s.src0);
         const T* b = s.src1.loc == where::none ? nullptr : base(s.src1);
         if (dst == nullptr || a == nullptr || (s.src1.loc != where::none && b == nullptr) ||
@@ -388,18 +412,18 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     detail::threads_world& w = *world_;
     if (w.aborted()) detail::throw_for(w, coll, detail::status::aborted, {});
     const int n = w.size();
-    constexpr ring_params P = Algo::params;
-    // Plan relative to a 16-byte aligned base: ranks must agree on the plan
-    // and may hold buffers at different offsets; the executor peels each
-    // chunk's ragged head/tail itself.
-    const ring_plan plan = make_ring_plan(coll, rank_, n, root, count, sizeof(T), 0, P.channels, P.chunk_bytes);
-    const ring_schedule sch{plan};
+    schedule_args args{coll, rank_, n, root, count, sizeof(T), false, w.node_size()};
+    args.in_place = coll == collective::reduce_scatter ? out == in + std::uint64_t(rank_) * count
+                    : coll == collective::all_gather   ? out + std::uint64_t(rank_) * count == in
+                                                       : in == out;
+    const auto sch = Algo::make_schedule(args);
+    const int channels = sch.channels();
 
     detail::descriptor& mine = w.slot(rank_).desc[seq & 1];
     mine.in = in;
     mine.out = out;
-    mine.scratch = plan.scratch_elems() ? scratch_.reserve(plan.scratch_elems() * sizeof(T)) : nullptr;
-    detail::describe_call<T, Op, Algo>(mine, coll, seq, count, root, P.channels);
+    mine.scratch = sch.scratch_elems() ? scratch_.reserve(sch.scratch_elems() * sizeof(T)) : nullptr;
+    detail::describe_call<T, Op, Algo>(mine, coll, seq, count, root, channels);
     w.slot(rank_).sig[seq & 1].store(mine);
 
     // Stream stores past the cache when the ranks' buffers together
@@ -407,10 +431,10 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     const std::uint64_t bytes = (coll == collective::all_gather ? count * std::uint64_t(n) : count) * sizeof(T);
     const std::uint64_t working_set = bytes * std::uint64_t(n) * (in == out ? 1 : 2);
     env<T, Op> e{w, *this, mine, seq, op, working_set > w.llc_bytes(), std::chrono::steady_clock::now() + timeout_,
-                 plan.units(), -1, 0, 0, {}};
+                 sch.units(), -1, 0, 0, {}};
     std::atomic<std::uint64_t>& busy = w.slot(rank_).busy_seq;
     busy.store(seq, std::memory_order_seq_cst);
-    for (int c = 0; c < P.channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish
+    for (int c = 0; c < channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish
 
     detail::status st = detail::status::ok;
     if (cs.checked) st = check_all(mine, seq, e.deadline, e.mismatch, e.bad_peer);
@@ -438,7 +462,7 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
             absent.empty() ? std::string("every rank has entered it") : "ranks that have not joined it: " + absent;
         msg = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for rank " +
               std::to_string(e.bad_peer) + " (channel " + std::to_string(e.bad_channel) + ", unit " +
-              std::to_string(e.bad_units) + " of " + std::to_string(plan.units()) + "); " + missing;
+              std::to_string(e.bad_units) + " of " + std::to_string(sch.units()) + "); " + missing;
         w.abort(errc::timeout, "rank " + std::to_string(rank_) + " timed out in " + collective_name(coll) +
                                    " waiting for rank " + std::to_string(e.bad_peer) + "; " + missing);
     } else if (st == detail::status::peer_exited) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <new>
 
 #include "../ops/traits.hpp"
 
@@ -109,6 +110,30 @@ inline void host_reduce_copy(T* dst, T* dst2, const T* a, const T* b, std::size_
     (void)streaming;
 #endif
     reduce_copy_scalar(dst, dst2, a, b, n, op, finish_n);
+}
+
+//! The fan-in form: dst[i] (and dst2[i]) = finish(src[0][i] op src[1][i]
+//! op ... op src[nsrc-1][i]), combined in source order. Works block by
+//! block through a small accumulator, so every source of element i is
+//! read before element i is written: dst may be one of the sources.
+template <class T, class Op>
+inline void host_reduce_fan(T* dst, T* dst2, const T* const* src, int nsrc, std::size_t n, const Op& op,
+                            int finish_n) {
+    constexpr std::size_t block = sizeof(T) >= 4096 ? 1 : 4096 / sizeof(T);
+    alignas(T) unsigned char raw[block * sizeof(T)];
+    T* acc = reinterpret_cast<T*>(raw);
+    for (std::size_t i0 = 0; i0 < n; i0 += block) {
+        const std::size_t m = n - i0 < block ? n - i0 : block;
+        for (std::size_t j = 0; j < m; ++j) ::new (static_cast<void*>(acc + j)) T(src[0][i0 + j]);
+        for (int q = 1; q < nsrc; ++q) {
+            const T* s = src[q] + i0;
+            for (std::size_t j = 0; j < m; ++j) acc[j] = static_cast<T>(op(acc[j], s[j]));
+        }
+        if (finish_n > 0)
+            for (std::size_t j = 0; j < m; ++j) acc[j] = finish(op, acc[j], finish_n);
+        std::memcpy(static_cast<void*>(dst + i0), acc, m * sizeof(T));
+        if (dst2 != nullptr) std::memcpy(static_cast<void*>(dst2 + i0), acc, m * sizeof(T));
+    }
 }
 
 } // namespace chorus::detail

@@ -1,7 +1,11 @@
 #pragma once
 //! \file exec/rank_program.hpp
 //! The rank program: how a schedule is run, written once for both
-//! executors. An executor supplies an Env with
+//! executors. A schedule supplies
+//!   int channels(); uint64_t units();   // units per channel
+//!   step unit(int channel, uint64_t p); // pure: same answer on host and device
+//!   wait_spec final_wait();             // who must be done before this rank returns
+//! An executor supplies an Env with
 //!   status wait(int peer, int channel, uint64_t units)  // acquire; bounded by deadline and abort flag
 //!   status execute(const step&)                         // the data movement of one unit
 //!   void   post(int channel, uint64_t units)            // release "units done"
@@ -19,16 +23,26 @@ namespace chorus::detail {
 
 //! Runs unit p of channel c: wait for the peers the step names, move the
 //! data, publish progress. Returns the first failed wait's status.
+//! Waits as `w` says: one rank, or a group of ranks (skipping `self`).
+CHORUS_HD_TEMPLATE
+template <class Env>
+CHORUS_HD status wait_for(Env& env, const wait_spec& w, int self, int c) {
+    if (w.peer < 0) return status::ok;
+    const int span = w.span > 1 ? int(w.span) : 1;
+    for (int i = 0; i < span; ++i) {
+        const int peer = w.peer + i * int(w.stride);
+        if (span > 1 && peer == self) continue;
+        if (const status st = env.wait(peer, c, w.units); st != status::ok) return st;
+    }
+    return status::ok;
+}
+
 CHORUS_HD_TEMPLATE
 template <class Schedule, class Env>
 CHORUS_HD status run_unit(const Schedule& sch, Env& env, int c, std::uint64_t p) {
-    const std::uint32_t steps = sch.plan.steps;
-    const step s = sch.at(c, p / steps, static_cast<std::uint32_t>(p % steps));
-    for (const wait_spec& w : s.waits) {
-        if (w.peer < 0) continue;
-        const status st = env.wait(w.peer, c, w.units);
-        if (st != status::ok) return st;
-    }
+    const step s = sch.unit(c, p);
+    for (const wait_spec& w : s.waits)
+        if (const status st = wait_for(env, w, sch.rank(), c); st != status::ok) return st;
     if (const status st = env.execute(s); st != status::ok) return st;
     env.post(c, p + 1);
     return status::ok;
@@ -38,8 +52,7 @@ CHORUS_HD status run_unit(const Schedule& sch, Env& env, int c, std::uint64_t p)
 CHORUS_HD_TEMPLATE
 template <class Schedule, class Env>
 CHORUS_HD status finish_channel(const Schedule& sch, Env& env, int c) {
-    const wait_spec w = sch.final_wait();
-    return w.peer < 0 ? status::ok : env.wait(w.peer, c, w.units);
+    return wait_for(env, sch.final_wait(), sch.rank(), c);
 }
 
 //! All channels of one rank, interleaved unit by unit on the calling thread
@@ -48,8 +61,8 @@ CHORUS_HD status finish_channel(const Schedule& sch, Env& env, int c) {
 //! interleaving cannot deadlock.
 template <class Schedule, class Env>
 status run_rank_interleaved(const Schedule& sch, Env& env) {
-    const std::uint64_t units = sch.plan.units();
-    const int channels = sch.plan.channels;
+    const std::uint64_t units = sch.units();
+    const int channels = sch.channels();
     for (std::uint64_t p = 0; p < units; ++p)
         for (int c = 0; c < channels; ++c)
             if (const status st = run_unit(sch, env, c, p); st != status::ok) return st;

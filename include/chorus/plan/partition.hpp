@@ -106,4 +106,21 @@ CHORUS_HD constexpr std::uint64_t max_part_bound(std::uint64_t len, std::uint64_
     return bound < len ? bound : len;
 }
 
+//! How many chunks a channel of `channel_len` elements is cut into so that
+//! each holds about `chunk_bytes` (whole aligned granules, at least one),
+//! and `units_per_chunk * chunks` stays within `max_units` (more, larger
+//! chunks otherwise). At least 1.
+CHORUS_HD constexpr std::uint64_t chunk_count(std::uint64_t channel_len, std::uint64_t elem_bytes,
+                                              std::uint64_t chunk_bytes, const alignment& a,
+                                              std::uint64_t units_per_chunk, std::uint64_t max_units) {
+    const std::uint64_t g = a.aligned ? a.granule : 1;
+    std::uint64_t chunk_elems = chunk_bytes / (elem_bytes ? elem_bytes : 1);
+    chunk_elems = chunk_elems / g * g;
+    if (chunk_elems < g) chunk_elems = g;
+    std::uint64_t k = detail::ceil_div(channel_len, chunk_elems);
+    const std::uint64_t max_chunks = max_units / (units_per_chunk ? units_per_chunk : 1);
+    if (k > max_chunks) k = max_chunks;
+    return k ? k : 1;
+}
+
 } // namespace chorus
