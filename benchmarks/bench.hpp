@@ -5,6 +5,9 @@
 //! reporter, and the rank program (templates). The expensive part, the
 //! collective instantiations, is spread over bench_ring.cpp and
 //! bench_ring_grid.cpp so a -j2 build compiles them side by side.
+//! chorus_bench_gpu.cu includes it too, for the collective kinds and their
+//! names and bus factors, the sweep options, usage_error, the command-line
+//! parsers and human_bytes.
 
 #include <chorus/chorus.hpp>
 
@@ -177,13 +180,28 @@ inline constexpr ring_choice ring_grid[] = {
 // Options
 // ---------------------------------------------------------------------------
 
-struct options {
+//! The nccl-tests sweep (-b -e -f -n -w -c) and its defaults, the same in
+//! chorus_bench and chorus_bench_gpu.
+struct sweep_options {
     std::size_t min_bytes = 8;
     std::size_t max_bytes = std::size_t(64) << 20;
     std::size_t step_factor = 2;
     int iters = 20;
     int warmup = 5;
     bool check = true;
+};
+
+//! Sweep sizes: min, min*f, ... up to max.
+inline std::vector<std::size_t> sweep_sizes(const sweep_options& o) {
+    std::vector<std::size_t> sizes;
+    for (std::size_t s = o.min_bytes; s <= o.max_bytes; s *= o.step_factor) {
+        sizes.push_back(s);
+        if (s > o.max_bytes / o.step_factor) break;
+    }
+    return sizes;
+}
+
+struct options : sweep_options {
     std::vector<op_kind> ops{op_kind::sum};
     std::vector<type_kind> types{type_kind::float32};
     int ranks = 2;
@@ -203,6 +221,74 @@ struct options {
 struct usage_error {
     std::string what;
 };
+
+// ---------------------------------------------------------------------------
+// Command-line parsing (shared with chorus_bench_gpu.cu)
+// ---------------------------------------------------------------------------
+
+//! A byte count: digits, then optionally K, M or G (binary; a trailing B,
+//! iB or b is allowed) or B. `suffix_hint` ends the unknown-suffix message.
+inline std::size_t parse_bytes(std::string_view s, std::string_view flag, std::string_view suffix_hint = {}) {
+    if (s.empty()) throw usage_error{cat(flag, ": empty size")};
+    std::size_t value = 0;
+    std::size_t i = 0;
+    for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
+        if (value > (std::numeric_limits<std::size_t>::max() - 9) / 10)
+            throw usage_error{cat(flag, ": size too large: ", s)};
+        value = value * 10 + std::size_t(s[i] - '0');
+    }
+    if (i == 0) throw usage_error{cat(flag, ": not a size: ", s)};
+    std::string_view suffix = s.substr(i);
+    int shift = 0;
+    if (!suffix.empty()) {
+        switch (suffix[0]) {
+        case 'k': case 'K': shift = 10; break;
+        case 'm': case 'M': shift = 20; break;
+        case 'g': case 'G': shift = 30; break;
+        case 'b': case 'B': shift = 0; break;
+        default: throw usage_error{cat(flag, ": unknown size suffix in '", s, "'", suffix_hint)};
+        }
+        std::string_view rest = suffix.substr(1);
+        if (shift != 0 && (rest == "B" || rest == "iB" || rest == "b")) rest = {};
+        if (!rest.empty()) throw usage_error{cat(flag, ": unknown size suffix in '", s, "'")};
+    }
+    if (shift != 0 && value > (std::numeric_limits<std::size_t>::max() >> shift))
+        throw usage_error{cat(flag, ": size too large: ", s)};
+    return value << shift;
+}
+
+//! A decimal integer in [lo, hi].
+inline long long parse_int(std::string_view s, std::string_view flag, long long lo, long long hi) {
+    long long value = 0;
+    bool neg = false;
+    std::size_t i = 0;
+    if (!s.empty() && s[0] == '-') {
+        neg = true;
+        i = 1;
+    }
+    if (i == s.size()) throw usage_error{cat(flag, ": not a number: '", s, "'")};
+    for (; i < s.size(); ++i) {
+        if (s[i] < '0' || s[i] > '9') throw usage_error{cat(flag, ": not a number: '", s, "'")};
+        value = value * 10 + (s[i] - '0');
+        if (value > hi + 1) break;
+    }
+    if (neg) value = -value;
+    if (value < lo || value > hi)
+        throw usage_error{cat(flag, ": ", s, " is out of range [", std::to_string(lo), ", ", std::to_string(hi), "]")};
+    return value;
+}
+
+//! The comma-separated items of s (empty items kept).
+inline std::vector<std::string_view> split_list(std::string_view s) {
+    std::vector<std::string_view> out;
+    while (true) {
+        const std::size_t comma = s.find(',');
+        out.push_back(s.substr(0, comma));
+        if (comma == std::string_view::npos) break;
+        s.remove_prefix(comma + 1);
+    }
+    return out;
+}
 
 // ---------------------------------------------------------------------------
 // Buffers
@@ -475,12 +561,13 @@ inline std::string json_escape(std::string_view s) {
     return out;
 }
 
-inline std::string human_bytes(std::size_t b) {
-    char buf[32];
-    if (b >= (std::size_t(1) << 30) && b % (std::size_t(1) << 30) == 0) std::snprintf(buf, sizeof buf, "%zu GiB", b >> 30);
-    else if (b >= (std::size_t(1) << 20) && b % (std::size_t(1) << 20) == 0) std::snprintf(buf, sizeof buf, "%zu MiB", b >> 20);
-    else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%zu KiB", b >> 10);
-    else std::snprintf(buf, sizeof buf, "%zu B", b);
+//! "64 MiB" (or "64MiB" with sep ""): the largest binary unit that divides b.
+inline std::string human_bytes(std::size_t b, const char* sep = " ") {
+    char buf[64];
+    if (b >= (std::size_t(1) << 30) && b % (std::size_t(1) << 30) == 0) std::snprintf(buf, sizeof buf, "%zu%sGiB", b >> 30, sep);
+    else if (b >= (std::size_t(1) << 20) && b % (std::size_t(1) << 20) == 0) std::snprintf(buf, sizeof buf, "%zu%sMiB", b >> 20, sep);
+    else if (b >= 1024 && b % 1024 == 0) std::snprintf(buf, sizeof buf, "%zu%sKiB", b >> 10, sep);
+    else std::snprintf(buf, sizeof buf, "%zu%sB", b, sep);
     return buf;
 }
 

@@ -71,66 +71,6 @@ void print_usage(std::FILE* to, const char* argv0) {
                  argv0);
 }
 
-std::size_t parse_bytes(std::string_view s, std::string_view flag) {
-    if (s.empty()) throw usage_error{cat(flag, ": empty size")};
-    std::size_t value = 0;
-    std::size_t i = 0;
-    for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
-        if (value > (std::numeric_limits<std::size_t>::max() - 9) / 10)
-            throw usage_error{cat(flag, ": size too large: ", s)};
-        value = value * 10 + std::size_t(s[i] - '0');
-    }
-    if (i == 0) throw usage_error{cat(flag, ": not a size: ", s)};
-    std::string_view suffix = s.substr(i);
-    int shift = 0;
-    if (!suffix.empty()) {
-        switch (suffix[0]) {
-        case 'k': case 'K': shift = 10; break;
-        case 'm': case 'M': shift = 20; break;
-        case 'g': case 'G': shift = 30; break;
-        case 'b': case 'B': shift = 0; break;
-        default: throw usage_error{cat(flag, ": unknown size suffix in '", s, "' (use K, M or G)")};
-        }
-        std::string_view rest = suffix.substr(1);
-        if (shift != 0 && (rest == "B" || rest == "iB" || rest == "b")) rest = {};
-        if (!rest.empty()) throw usage_error{cat(flag, ": unknown size suffix in '", s, "'")};
-    }
-    if (shift != 0 && value > (std::numeric_limits<std::size_t>::max() >> shift))
-        throw usage_error{cat(flag, ": size too large: ", s)};
-    return value << shift;
-}
-
-long long parse_int(std::string_view s, std::string_view flag, long long lo, long long hi) {
-    long long value = 0;
-    bool neg = false;
-    std::size_t i = 0;
-    if (!s.empty() && s[0] == '-') {
-        neg = true;
-        i = 1;
-    }
-    if (i == s.size()) throw usage_error{cat(flag, ": not a number: '", s, "'")};
-    for (; i < s.size(); ++i) {
-        if (s[i] < '0' || s[i] > '9') throw usage_error{cat(flag, ": not a number: '", s, "'")};
-        value = value * 10 + (s[i] - '0');
-        if (value > hi + 1) break;
-    }
-    if (neg) value = -value;
-    if (value < lo || value > hi)
-        throw usage_error{cat(flag, ": ", s, " is out of range [", std::to_string(lo), ", ", std::to_string(hi), "]")};
-    return value;
-}
-
-std::vector<std::string_view> split_list(std::string_view s) {
-    std::vector<std::string_view> out;
-    while (true) {
-        const std::size_t comma = s.find(',');
-        out.push_back(s.substr(0, comma));
-        if (comma == std::string_view::npos) break;
-        s.remove_prefix(comma + 1);
-    }
-    return out;
-}
-
 template <class Kind, std::size_t N>
 std::vector<Kind> parse_list(std::string_view s, std::string_view flag, const Kind (&all)[N],
                              const char* (*name)(Kind), std::initializer_list<std::pair<std::string_view, Kind>> aliases = {}) {
@@ -233,11 +173,12 @@ options parse_options(int argc, char** argv) {
             o.warmup = 2;
         }
 
+    constexpr std::string_view size_hint = " (use K, M or G)";
     for (const auto& [spec, value] : given) {
         const std::string flag = cat("--", spec->long_name);
         const std::string_view name = spec->long_name;
-        if (name == "minbytes") o.min_bytes = parse_bytes(value, flag);
-        else if (name == "maxbytes") o.max_bytes = parse_bytes(value, flag);
+        if (name == "minbytes") o.min_bytes = parse_bytes(value, flag, size_hint);
+        else if (name == "maxbytes") o.max_bytes = parse_bytes(value, flag, size_hint);
         else if (name == "stepfactor") o.step_factor = std::size_t(parse_int(value, flag, 2, 1 << 20));
         else if (name == "iters") o.iters = int(parse_int(value, flag, 1, 1 << 30));
         else if (name == "warmup" || name == "warmup_iters") o.warmup = int(parse_int(value, flag, 0, 1 << 30));
@@ -251,7 +192,7 @@ options parse_options(int argc, char** argv) {
         else if (name == "root") o.root = int(parse_int(value, flag, 0, 4095));
         else if (name == "algo") o.algo = std::string(value);
         else if (name == "channels") o.channels = int(parse_int(value, flag, 1, 64));
-        else if (name == "chunk-bytes") o.chunk_bytes = parse_bytes(value, flag);
+        else if (name == "chunk-bytes") o.chunk_bytes = parse_bytes(value, flag, size_hint);
         else if (name == "collectives") o.colls = parse_list(value, flag, all_colls, coll_name);
         else if (name == "place") {
             if (value != "out" && value != "in" && value != "both")
@@ -322,16 +263,6 @@ double measure_copy(copy_kind kind, std::vector<rank_buffers>& bufs, std::size_t
     double best = 0;
     for (const span_times& st : times) best = std::max(best, copy_gbps(bytes, copies, nthreads, st.seconds()));
     return best;
-}
-
-//! Sweep sizes: min, min*f, ... up to max.
-std::vector<std::size_t> sweep_sizes(const options& o) {
-    std::vector<std::size_t> sizes;
-    for (std::size_t s = o.min_bytes; s <= o.max_bytes; s *= o.step_factor) {
-        sizes.push_back(s);
-        if (s > o.max_bytes / o.step_factor) break;
-    }
-    return sizes;
 }
 
 int run(const options& opt) {

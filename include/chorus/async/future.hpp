@@ -20,6 +20,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <thread>
 
 #include "../core/error.hpp"
 
@@ -33,6 +34,11 @@ struct completion {
     bool done = false;
     std::exception_ptr error;
     std::function<void()> on_abandon; //!< called when the future dies in stack unwinding
+    //! Device-backed operations (the GPU backend): checks for completion
+    //! (blocking or not) and calls complete() once the work is done. Called
+    //! without the mutex held.
+    std::function<void(bool block)> drive;
+    void* device_event = nullptr; //!< the cudaEvent_t the operation records, if any
 
     void complete(std::exception_ptr e) {
         {
@@ -67,6 +73,7 @@ public:
     //! True once the operation has finished (successfully or not). Never blocks.
     bool ready() const {
         if (!state_) return true;
+        if (state_->drive) state_->drive(false);
         std::lock_guard<std::mutex> lk(state_->m);
         return state_->done;
     }
@@ -74,6 +81,7 @@ public:
     //! Blocks until the operation finished; rethrows its error.
     void wait() const {
         if (!state_) return;
+        if (state_->drive) state_->drive(true);
         std::unique_lock<std::mutex> lk(state_->m);
         state_->cv.wait(lk, [&] { return state_->done; });
         if (state_->error) std::rethrow_exception(state_->error);
@@ -83,11 +91,28 @@ public:
     template <class Rep, class Period>
     bool wait_for(const std::chrono::duration<Rep, Period>& d) const {
         if (!state_) return true;
+        if (state_->drive) { // a device event: poll it until the deadline
+            const auto until = std::chrono::steady_clock::now() + d;
+            for (;;) {
+                state_->drive(false);
+                {
+                    std::lock_guard<std::mutex> lk(state_->m);
+                    if (state_->done) break;
+                }
+                if (std::chrono::steady_clock::now() >= until) return false;
+                std::this_thread::sleep_for(std::chrono::microseconds(50));
+            }
+        }
         std::unique_lock<std::mutex> lk(state_->m);
         if (!state_->cv.wait_for(lk, d, [&] { return state_->done; })) return false;
         if (state_->error) std::rethrow_exception(state_->error);
         return true;
     }
+
+    //! The CUDA event a GPU collective records when it finishes (as a
+    //! cudaEvent_t), or null for host operations. chorus::gpu::stream_wait
+    //! makes a stream wait for it.
+    void* device_event() const noexcept { return state_ ? state_->device_event : nullptr; }
 
     //! wait(), then release the handle.
     void get() {
@@ -101,6 +126,12 @@ private:
     //! Waits (without rethrowing) for an operation nobody waited for.
     void settle() noexcept {
         if (!state_) return;
+        if (state_->drive) {
+            try {
+                state_->drive(true);
+            } catch (...) {
+            }
+        }
         std::unique_lock<std::mutex> lk(state_->m);
         if (!state_->done && std::uncaught_exceptions() > 0 && state_->on_abandon) {
             lk.unlock();

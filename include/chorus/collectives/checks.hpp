@@ -54,7 +54,7 @@ constexpr bool check_reduction() {
     } else {
         constexpr bool integral_ok = !op_traits<Op>::integral_only || std::is_integral_v<T>;
         static_assert(integral_ok, "chorus: bit_and/bit_or/bit_xor need an integral element type");
-        constexpr bool arithmetic_ok = !op_traits<Op>::arithmetic_only || std::is_arithmetic_v<T>;
+        constexpr bool arithmetic_ok = !op_traits<Op>::arithmetic_only || element_traits<T>::arithmetic;
         static_assert(arithmetic_ok, "chorus: avg needs an arithmetic element type (it divides by the rank count)");
         static_assert(std::is_trivially_copyable_v<Op>,
                       "chorus: the operator must be trivially copyable (it is copied to worker threads and kernels)");

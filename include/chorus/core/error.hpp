@@ -17,7 +17,8 @@ enum class errc {
     aborted,          //!< the communicator was aborted (comm.abort() or a failed peer)
     peer_failed,      //!< another rank failed; the message says which and why
     mismatch,         //!< ranks called different collectives / counts / roots
-    internal,         //!< a bug in chorus
+    internal,         //!< a bug in chorus, or a CUDA runtime call that failed (the message has CUDA's error)
+    unavailable,      //!< what the call needs is not there: no CUDA device, no peer access between two devices
 };
 
 inline const char* to_string(errc e) noexcept {
@@ -28,6 +29,7 @@ inline const char* to_string(errc e) noexcept {
     case errc::peer_failed: return "peer failed";
     case errc::mismatch: return "mismatch";
     case errc::internal: return "internal error";
+    case errc::unavailable: return "unavailable";
     }
     return "unknown";
 }

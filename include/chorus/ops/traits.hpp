@@ -9,6 +9,11 @@
 #include "../core/config.hpp"
 #include "../core/element.hpp"
 
+#if defined(__CUDACC__)
+#  include <cuda_bf16.h>
+#  include <cuda_fp16.h>
+#endif
+
 namespace chorus {
 
 //! An operator that can combine two values of `T` on host (and, if its call
@@ -41,6 +46,15 @@ struct op_traits {
     }
 };
 
+//! The type reductions of T are carried out in: T itself, except for the
+//! 16-bit floating-point types, which accumulate in float.
+template <class T>
+struct accumulator {
+    using type = T;
+};
+template <class T>
+using accum_t = typename accumulator<T>::type;
+
 namespace detail {
 template <class Op, class T>
 concept has_finish = requires(const Op& op, const T& v) {
@@ -60,3 +74,28 @@ CHORUS_HD constexpr T finish(const Op& op, const T& acc, int nranks) {
 } // namespace detail
 
 } // namespace chorus
+
+#if defined(__CUDACC__)
+namespace chorus {
+template <>
+struct accumulator<__half> {
+    using type = float;
+};
+template <>
+struct accumulator<__nv_bfloat16> {
+    using type = float;
+};
+template <>
+struct element_traits<__half> {
+    static constexpr std::uint64_t bytes = 2;
+    static constexpr bool arithmetic = true;
+    static constexpr const char* name() { return "half"; }
+};
+template <>
+struct element_traits<__nv_bfloat16> {
+    static constexpr std::uint64_t bytes = 2;
+    static constexpr bool arithmetic = true;
+    static constexpr const char* name() { return "bfloat16"; }
+};
+} // namespace chorus
+#endif

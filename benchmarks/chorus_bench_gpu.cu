@@ -1,0 +1,1091 @@
+//! \file chorus_bench_gpu.cu
+//! nccl-tests-style table for chorus on the GPU backend: ranks are virtual
+//! ranks on device 0 (default 8) or one rank per visible device
+//! (--devices). Columns: size, count, type, redop, root, time, algbw,
+//! busbw, #wrong, plus
+//!   moved(GB/s)  the bytes the schedules read and write per collective over
+//!                the time: the real schedule of every rank is iterated on
+//!                the host, summing step.count * elem_bytes * (sources +
+//!                destinations) over all ranks, channels and units;
+//!   /copy        moved over the device-to-device copy bandwidth measured
+//!                in the same run (cudaMemcpyAsync D2D of the largest size,
+//!                read + write counted: 2 * size per copy; with several
+//!                devices, the sum of each device's copy bandwidth).
+//!
+//! Method:
+//!  - buffers are allocated once at the largest size (in and out per rank,
+//!    plus a guard), scratch once in make_communicators;
+//!  - per size: `warmup` eager calls per rank, one checked call (-c 1) on
+//!    fresh integer-valued inputs (exact in float and bfloat16 whatever the
+//!    reduction order, checked on the device against the closed form;
+//!    writes past the output and changes to the input count as wrong), then
+//!    `iters` calls per rank captured into one CUDA graph per rank (on the
+//!    rank's own stream), one untimed launch of every graph, and one timed
+//!    launch: time per call = (host clock around launching every rank's
+//!    graph and synchronising every stream) / iters, as nccl-tests -G does;
+//!  - with -G 0 the timed calls are issued eagerly instead (launch overhead
+//!    included);
+//!  - out-of-place only (Broadcast, with one buffer, is in place by
+//!    definition); AllGather and ReduceScatter: S = the total (n blocks),
+//!    count = elements per rank, as in chorus_bench.
+//!
+//! Without a CUDA device: prints "CHORUS_SKIP: no CUDA device", exits 77.
+//! Exit status: 0 all checks passed, 1 a wrong value or a chorus/CUDA
+//! error, 2 bad command line, 77 no device.
+
+#include <chorus/gpu.hpp>
+
+#include "bench.hpp" // shared with chorus_bench: coll_kind and its helpers, sweep_options, parse_*, ...
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cinttypes>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace {
+
+using u64 = std::uint64_t;
+using chorus_bench::clock_type;
+
+// ---------------------------------------------------------------------------
+// What can be measured
+// ---------------------------------------------------------------------------
+
+using chorus_bench::all_colls;
+using chorus_bench::bus_factor;
+using chorus_bench::coll_count_per_rank;
+using chorus_bench::coll_kind;
+using chorus_bench::coll_name;
+using chorus_bench::coll_uses_op;
+using chorus_bench::coll_uses_root;
+
+constexpr chorus::collective to_collective(coll_kind c) {
+    switch (c) {
+    case coll_kind::all_reduce: return chorus::collective::all_reduce;
+    case coll_kind::all_gather: return chorus::collective::all_gather;
+    case coll_kind::reduce_scatter: return chorus::collective::reduce_scatter;
+    case coll_kind::broadcast: return chorus::collective::broadcast;
+    case coll_kind::reduce: return chorus::collective::reduce;
+    }
+    return chorus::collective::all_reduce;
+}
+enum class type_kind { float32, bf16 };
+constexpr const char* type_name(type_kind t) { return t == type_kind::float32 ? "float" : "bf16"; }
+
+enum class algo_kind { ring, direct, hierarchical };
+constexpr const char* algo_name(algo_kind a) {
+    switch (a) {
+    case algo_kind::ring: return "ring";
+    case algo_kind::direct: return "direct";
+    case algo_kind::hierarchical: return "hierarchical";
+    }
+    return "?";
+}
+
+//! The tunings compiled in (template arguments): every algorithm with every
+//! channels x chunk_bytes pair of these sets. The kernels are templates of
+//! the schedule type, not of the tuning, so a tuning costs host code only.
+constexpr int channel_set[] = {1, 2, 4, 8, 16, 32};
+constexpr std::size_t chunk_set[] = {std::size_t(64) << 10, std::size_t(256) << 10, std::size_t(1) << 20};
+constexpr std::size_t n_channel_set = std::size(channel_set);
+constexpr std::size_t n_chunk_set = std::size(chunk_set);
+
+// ---------------------------------------------------------------------------
+// Options
+// ---------------------------------------------------------------------------
+
+struct options : chorus_bench::sweep_options {
+    bool graph = true;
+    int ranks = 8;
+    bool per_device = false;
+    int root = 0;
+    int ranks_per_node = 0; // 0: n/2 for hierarchical (two emulated nodes), else CHORUS_RANKS_PER_NODE
+    int timeout_ms = 20000;
+    std::vector<coll_kind> colls{std::begin(all_colls), std::end(all_colls)};
+    std::vector<algo_kind> algos{algo_kind::ring};
+    std::vector<int> channels{8};
+    std::vector<std::size_t> chunks{std::size_t(256) << 10};
+    std::vector<type_kind> types{type_kind::float32};
+    std::string csv_path;
+    std::string command_line;
+};
+
+using chorus_bench::parse_bytes;
+using chorus_bench::parse_int;
+using chorus_bench::split_list;
+using chorus_bench::usage_error;
+
+//! "64MiB": chorus_bench's human_bytes without the space.
+std::string human_bytes(std::size_t b) { return chorus_bench::human_bytes(b, ""); }
+
+void print_usage(std::FILE* to, const char* argv0) {
+    std::fprintf(to,
+                 "usage: %s [options]\n"
+                 "  -b, --minbytes SIZE        smallest message, bytes; suffixes K M G (default 8)\n"
+                 "  -e, --maxbytes SIZE        largest message (default 64M)\n"
+                 "  -f, --stepfactor N         multiply the size by N (>= 2) each row (default 2)\n"
+                 "  -n, --iters N              timed calls per size (default 20)\n"
+                 "  -w, --warmup N             untimed eager calls per size (default 5)\n"
+                 "  -c, --check 0|1            verify one call per size, count #wrong (default 1)\n"
+                 "  -G, --graph 0|1            time calls captured in CUDA graphs (1, default) or eager launches (0)\n"
+                 "  -d, --type LIST            float,bf16 (default float); reductions use sum\n"
+                 "      --ranks N              virtual ranks on device 0 (default 8, at most 64)\n"
+                 "      --devices              one rank per visible device instead of --ranks\n"
+                 "  -r, --root N               root of broadcast and reduce (default 0)\n"
+                 "      --collectives LIST     all_reduce,all_gather,reduce_scatter,broadcast,reduce or all (default all)\n"
+                 "  -a, --algo LIST            ring,direct,hierarchical (default ring);\n"
+                 "                             hierarchical = hierarchical<ring<P>, ring<P>> with the same P,\n"
+                 "                             all_reduce only (other collectives run ring<P>'s schedule)\n"
+                 "      --channels LIST        channels (thread blocks of 512 threads per rank), each one of\n"
+                 "                             1,2,4,8,16,32 (compiled-in set; default 8)\n"
+                 "      --chunk LIST           chunk_bytes, each one of 64K,256K,1M (compiled-in set; default 256K)\n"
+                 "      --ranks-per-node N     node size for hierarchical (default: ranks/2 when that splits the\n"
+                 "                             ranks into two nodes, else CHORUS_RANKS_PER_NODE)\n"
+                 "      --timeout-ms N         chorus wait deadline per collective (default 20000)\n"
+                 "      --csv FILE             also write every row as CSV\n"
+                 "  -h, --help                 this text\n"
+                 "Lists are comma separated; every combination of algo x channels x chunk x type x collective\n"
+                 "runs as its own table. Exit: 0 ok, 1 wrong results or error, 2 usage, 77 no CUDA device.\n",
+                 argv0);
+}
+
+options parse_args(int argc, char** argv) {
+    options o;
+    for (int i = 0; i < argc; ++i) {
+        if (i) o.command_line += ' ';
+        o.command_line += argv[i];
+    }
+    for (int i = 1; i < argc; ++i) {
+        std::string_view arg = argv[i];
+        std::string_view value;
+        bool has_value = false;
+        if (arg.starts_with("--")) {
+            const std::size_t eq = arg.find('=');
+            if (eq != std::string_view::npos) {
+                value = arg.substr(eq + 1);
+                arg = arg.substr(0, eq);
+                has_value = true;
+            }
+        }
+        auto need = [&]() -> std::string_view {
+            if (has_value) return value;
+            if (i + 1 >= argc) throw usage_error{std::string(arg) + " needs a value"};
+            return std::string_view(argv[++i]);
+        };
+        auto is = [&](std::string_view s, std::string_view l) { return (!s.empty() && arg == s) || arg == l; };
+        if (is("-h", "--help")) {
+            print_usage(stdout, argv[0]);
+            std::exit(0);
+        } else if (is("-b", "--minbytes")) o.min_bytes = parse_bytes(need(), arg);
+        else if (is("-e", "--maxbytes")) o.max_bytes = parse_bytes(need(), arg);
+        else if (is("-f", "--stepfactor")) o.step_factor = std::size_t(parse_int(need(), arg, 2, 1 << 20));
+        else if (is("-n", "--iters")) o.iters = int(parse_int(need(), arg, 1, 1000000));
+        else if (is("-w", "--warmup")) o.warmup = int(parse_int(need(), arg, 0, 1000000));
+        else if (is("-c", "--check")) o.check = parse_int(need(), arg, 0, 1) != 0;
+        else if (is("-G", "--graph")) o.graph = parse_int(need(), arg, 0, 1) != 0;
+        else if (is("", "--ranks")) o.ranks = int(parse_int(need(), arg, 1, chorus::detail::max_lane_ranks));
+        else if (is("", "--devices")) o.per_device = true;
+        else if (is("-r", "--root")) o.root = int(parse_int(need(), arg, 0, chorus::detail::max_lane_ranks - 1));
+        else if (is("", "--ranks-per-node")) o.ranks_per_node = int(parse_int(need(), arg, 1, chorus::detail::max_lane_ranks));
+        else if (is("", "--timeout-ms")) o.timeout_ms = int(parse_int(need(), arg, 1, 3600000));
+        else if (is("", "--csv")) o.csv_path = std::string(need());
+        else if (is("-d", "--type") || arg == "--datatype") {
+            o.types.clear();
+            for (auto t : split_list(need())) {
+                if (t == "float" || t == "float32") o.types.push_back(type_kind::float32);
+                else if (t == "bf16" || t == "bfloat16") o.types.push_back(type_kind::bf16);
+                else throw usage_error{std::string(arg) + ": unknown type '" + std::string(t) + "' (float, bf16)"};
+            }
+        } else if (is("", "--collectives")) {
+            o.colls.clear();
+            for (auto c : split_list(need())) {
+                if (c == "all") {
+                    o.colls.assign(std::begin(all_colls), std::end(all_colls));
+                    continue;
+                }
+                bool found = false;
+                for (coll_kind k : all_colls)
+                    if (c == coll_name(k)) {
+                        o.colls.push_back(k);
+                        found = true;
+                    }
+                if (!found) throw usage_error{std::string(arg) + ": unknown collective '" + std::string(c) + "'"};
+            }
+        } else if (is("-a", "--algo")) {
+            o.algos.clear();
+            for (auto a : split_list(need())) {
+                if (a == "ring") o.algos.push_back(algo_kind::ring);
+                else if (a == "direct") o.algos.push_back(algo_kind::direct);
+                else if (a == "hierarchical") o.algos.push_back(algo_kind::hierarchical);
+                else throw usage_error{std::string(arg) + ": unknown algorithm '" + std::string(a) +
+                                       "' (ring, direct, hierarchical)"};
+            }
+        } else if (is("", "--channels")) {
+            o.channels.clear();
+            for (auto c : split_list(need())) {
+                const int v = int(parse_int(c, arg, 1, chorus::max_channels));
+                if (std::find(std::begin(channel_set), std::end(channel_set), v) == std::end(channel_set))
+                    throw usage_error{std::string(arg) + ": " + std::string(c) +
+                                      " is not compiled in; use one of 1,2,4,8,16,32"};
+                o.channels.push_back(v);
+            }
+        } else if (is("", "--chunk") || arg == "--chunk-bytes") {
+            o.chunks.clear();
+            for (auto c : split_list(need())) {
+                const std::size_t v = parse_bytes(c, arg);
+                if (std::find(std::begin(chunk_set), std::end(chunk_set), v) == std::end(chunk_set))
+                    throw usage_error{std::string(arg) + ": " + std::string(c) +
+                                      " is not compiled in; use one of 64K,256K,1M"};
+                o.chunks.push_back(v);
+            }
+        } else {
+            throw usage_error{"unknown option '" + std::string(arg) + "' (see --help)"};
+        }
+    }
+    if (o.min_bytes == 0) o.min_bytes = 1;
+    if (o.max_bytes < o.min_bytes) throw usage_error{"-e/--maxbytes is smaller than -b/--minbytes"};
+    if (o.colls.empty() || o.algos.empty() || o.channels.empty() || o.chunks.empty() || o.types.empty())
+        throw usage_error{"an empty list"};
+    return o;
+}
+
+// ---------------------------------------------------------------------------
+// CUDA helpers
+// ---------------------------------------------------------------------------
+
+struct cuda_failure {
+    std::string what;
+};
+
+void cuda_ok(cudaError_t e, const char* what) {
+    if (e != cudaSuccess)
+        throw cuda_failure{std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")"};
+}
+
+// ---------------------------------------------------------------------------
+// Verifiable data (on the device)
+// ---------------------------------------------------------------------------
+
+//! Value of rank r at element i: 1 + (i + 3r) mod m, m = min(7, 256 / n):
+//! every partial sum is an integer <= 256, exact in float and bfloat16, so
+//! results do not depend on the reduction order.
+__host__ __device__ inline int pattern_mod(int n) {
+    const int m = 256 / (n > 0 ? n : 1);
+    return m < 1 ? 1 : (m > 7 ? 7 : m);
+}
+__host__ __device__ inline float pattern_value(int r, u64 i, int m) {
+    return float(1 + (unsigned(i % unsigned(m)) + 3u * unsigned(r)) % unsigned(m));
+}
+
+//! What a buffer should hold.
+enum class expect_kind : int { constant, pattern, sum, gather };
+struct expect_spec {
+    expect_kind kind = expect_kind::constant;
+    int rank = 0;    //!< pattern: whose row
+    int n = 1;       //!< sum: over ranks 0..n-1
+    int m = 7;       //!< pattern modulus
+    u64 first = 0;   //!< element index of the buffer's first element
+    u64 block = 1;   //!< gather: elements per rank block
+    float value = 0; //!< constant
+};
+constexpr float sentinel = -3.0f; // never a result: inputs and sums are >= 1
+
+__device__ inline float expected_value(const expect_spec& e, u64 j) {
+    switch (e.kind) {
+    case expect_kind::constant: return e.value;
+    case expect_kind::pattern: return pattern_value(e.rank, e.first + j, e.m);
+    case expect_kind::sum: {
+        const unsigned base = unsigned((e.first + j) % unsigned(e.m));
+        unsigned s = 0;
+        for (int q = 0; q < e.n; ++q) s += 1 + (base + 3u * unsigned(q)) % unsigned(e.m);
+        return float(s);
+    }
+    case expect_kind::gather: return pattern_value(int(j / e.block), j % e.block, e.m);
+    }
+    return 0;
+}
+
+__device__ inline float to_float(float v) { return v; }
+__device__ inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ inline T from_float(float v) {
+    if constexpr (std::is_same_v<T, float>) return v;
+    else return __float2bfloat16(v);
+}
+
+template <class T>
+__global__ void fill_kernel(T* p, u64 count, expect_spec e) {
+    for (u64 j = u64(blockIdx.x) * blockDim.x + threadIdx.x; j < count; j += u64(gridDim.x) * blockDim.x)
+        p[j] = from_float<T>(expected_value(e, j));
+}
+
+template <class T>
+__global__ void count_wrong_kernel(const T* p, u64 count, expect_spec e, unsigned long long* wrong) {
+    unsigned long long bad = 0;
+    for (u64 j = u64(blockIdx.x) * blockDim.x + threadIdx.x; j < count; j += u64(gridDim.x) * blockDim.x)
+        if (to_float(p[j]) != expected_value(e, j)) ++bad;
+    if (bad) atomicAdd(wrong, bad);
+}
+
+unsigned grid_for(u64 count) {
+    const u64 blocks = (count + 255) / 256;
+    return unsigned(std::clamp<u64>(blocks, 1, 4096));
+}
+
+// ---------------------------------------------------------------------------
+// Ranks, buffers, results
+// ---------------------------------------------------------------------------
+
+constexpr std::size_t guard_elems = 64;
+constexpr std::size_t guard_bytes = 4096; // >= guard_elems * largest element
+
+struct rank_state {
+    int dev = 0;
+    cudaStream_t stream = nullptr;
+    void* in = nullptr;  //!< max_bytes + guard_bytes
+    void* out = nullptr; //!< max_bytes + guard_bytes
+    unsigned long long* wrong = nullptr;
+};
+
+struct row_result {
+    std::size_t bytes = 0;
+    std::size_t count = 0;
+    double time_us = 0;
+    double algbw = 0;
+    double busbw = 0;
+    double moved_bytes = 0;
+    double moved_gbps = 0;
+    double copy_ratio = 0;
+    u64 wrong = 0;
+};
+
+struct table_summary {
+    std::string label;
+    double peak_busbw = 0;
+    std::size_t peak_busbw_bytes = 0;
+    double peak_ratio = 0;
+    std::size_t peak_ratio_bytes = 0;
+    std::size_t smallest_bytes = 0;
+    double smallest_time_us = 0;
+    double worst_time_us = 0;
+    u64 wrong = 0;
+    bool skipped = false;
+    std::string note;
+};
+
+struct bench {
+    options opt;
+    std::vector<int> devices;            //!< per rank
+    std::vector<int> distinct_devices;
+    std::vector<rank_state> ranks;
+    std::vector<chorus::gpu::communicator> comms;
+    std::vector<std::size_t> sizes;
+    int node_size = 0;
+    double copy_gbps = 0;                 //!< sum over distinct devices
+    std::vector<double> copy_per_device;
+    std::FILE* csv = nullptr;
+    std::vector<table_summary> summaries;
+    u64 wrong_total = 0;
+
+    int n() const { return int(ranks.size()); }
+};
+
+//! Per-call element counts of collective `c` for a nominal size in bytes
+//! (0: the row is skipped, on every rank alike).
+std::size_t count_for(coll_kind c, std::size_t nominal, std::size_t elem, int n) {
+    const std::size_t elems = nominal / elem;
+    return coll_count_per_rank(c) ? elems / std::size_t(n) : elems;
+}
+
+//! The schedule arguments launch() builds for rank r (out-of-place calls;
+//! Broadcast is in place by definition).
+chorus::schedule_args args_for(coll_kind c, int r, int n, int root, u64 count, std::size_t elem, int node_size) {
+    chorus::schedule_args a{};
+    a.coll = to_collective(c);
+    a.rank = r;
+    a.nranks = n;
+    a.root = root;
+    a.count = count;
+    a.elem_bytes = elem;
+    a.in_place = c == coll_kind::broadcast;
+    a.node_size = node_size;
+    return a;
+}
+
+//! Bytes every rank's schedule reads and writes for one collective.
+template <class Algo>
+double schedule_traffic(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size) {
+    double total = 0;
+    for (int r = 0; r < n; ++r) {
+        const auto sch = Algo::make_schedule(args_for(c, r, n, root, count, elem, node_size));
+        const u64 units = sch.units();
+        for (int ch = 0; ch < sch.channels(); ++ch) {
+            for (u64 p = 0; p < units; ++p) {
+                const chorus::step s = sch.unit(ch, p);
+                if (s.count == 0) continue;
+                const int srcs = s.fan_in >= 2 ? int(s.fan_in)
+                                               : int(s.src0.loc != chorus::where::none) +
+                                                     int(s.src1.loc != chorus::where::none);
+                const int dsts = int(s.dst.loc != chorus::where::none) + int(s.dst2.loc != chorus::where::none);
+                total += double(s.count) * double(elem) * double(srcs + dsts);
+            }
+        }
+    }
+    return total;
+}
+
+template <class Algo>
+std::size_t scratch_needed(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size) {
+    std::size_t most = 0;
+    for (int r = 0; r < n; ++r) {
+        const auto sch = Algo::make_schedule(args_for(c, r, n, root, count, elem, node_size));
+        most = std::max<std::size_t>(most, std::size_t(sch.scratch_elems()) * elem);
+    }
+    return most;
+}
+
+//! The collectives other than AllReduce.
+template <class Algo, class T>
+void issue_other(coll_kind c, chorus::gpu::communicator& comm, const T* in, T* out, u64 count, int n, int root,
+                 cudaStream_t s) {
+    switch (c) {
+    case coll_kind::all_reduce: break;
+    case coll_kind::all_gather:
+        chorus::all_gather<Algo>(comm, std::span<const T>(in, count), std::span<T>(out, count * u64(n)), s);
+        break;
+    case coll_kind::reduce_scatter:
+        chorus::reduce_scatter<Algo>(comm, std::span<const T>(in, count * u64(n)), std::span<T>(out, count),
+                                     chorus::sum{}, s);
+        break;
+    case coll_kind::broadcast: chorus::broadcast<Algo>(comm, std::span<T>(out, count), root, s); break;
+    case coll_kind::reduce:
+        chorus::reduce<Algo>(comm, std::span<const T>(in, count), std::span<T>(out, count), chorus::sum{}, root, s);
+        break;
+    }
+}
+
+//! hierarchical<> differs from its Intra policy only for AllReduce (the
+//! other collectives run Intra's schedule over all ranks), so it is
+//! compiled for AllReduce only: that keeps the instantiations (and the
+//! build time) down.
+template <class Algo>
+constexpr bool all_reduce_only = chorus::detail::hierarchical_policy<Algo>;
+
+//! One call of collective `c` by one rank on its stream.
+template <class Algo, class T>
+void issue(coll_kind c, chorus::gpu::communicator& comm, const T* in, T* out, u64 count, int n, int root,
+           cudaStream_t s) {
+    if (c == coll_kind::all_reduce) {
+        chorus::all_reduce<Algo>(comm, std::span<const T>(in, count), std::span<T>(out, count), chorus::sum{}, s);
+        return;
+    }
+    if constexpr (!all_reduce_only<Algo>) issue_other<Algo, T>(c, comm, in, out, count, n, root, s);
+}
+void sync_all(bench& B) {
+    for (int r = 0; r < B.n(); ++r) {
+        cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
+        cuda_ok(cudaStreamSynchronize(B.ranks[std::size_t(r)].stream), "cudaStreamSynchronize");
+    }
+    for (auto& c : B.comms) c.check();
+}
+
+template <class T>
+void launch_fill(const rank_state& rs, T* p, u64 count, const expect_spec& e) {
+    if (count == 0) return;
+    fill_kernel<T><<<grid_for(count), 256, 0, rs.stream>>>(p, count, e);
+    cuda_ok(cudaGetLastError(), "fill_kernel");
+}
+template <class T>
+void launch_count(const rank_state& rs, const T* p, u64 count, const expect_spec& e) {
+    if (count == 0) return;
+    count_wrong_kernel<T><<<grid_for(count), 256, 0, rs.stream>>>(p, count, e, rs.wrong);
+    cuda_ok(cudaGetLastError(), "count_wrong_kernel");
+}
+
+//! One call on fresh verifiable inputs; returns the wrong elements over all
+//! ranks (results, guards, out-of-place inputs).
+template <class Algo, class T>
+u64 check_once(bench& B, coll_kind c, u64 count, int root) {
+    const int n = B.n();
+    const int m = pattern_mod(n);
+    const u64 in_count = c == coll_kind::reduce_scatter ? count * u64(n) : count;
+    const u64 out_count = c == coll_kind::all_gather ? count * u64(n) : count;
+    expect_spec sent{};
+    sent.value = sentinel;
+    for (int r = 0; r < n; ++r) {
+        const rank_state& rs = B.ranks[std::size_t(r)];
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        T* in = static_cast<T*>(rs.in);
+        T* out = static_cast<T*>(rs.out);
+        cuda_ok(cudaMemsetAsync(rs.wrong, 0, sizeof(unsigned long long), rs.stream), "cudaMemsetAsync");
+        launch_fill<T>(rs, out, out_count + guard_elems, sent);
+        expect_spec mine{};
+        mine.kind = expect_kind::pattern;
+        mine.rank = c == coll_kind::broadcast ? root : r;
+        mine.m = m;
+        if (c == coll_kind::broadcast) {
+            if (r == root) launch_fill<T>(rs, out, count, mine);
+        } else {
+            launch_fill<T>(rs, in, in_count, mine);
+        }
+    }
+    for (int r = 0; r < n; ++r) {
+        rank_state& rs = B.ranks[std::size_t(r)];
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        issue<Algo, T>(c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out), count, n,
+                       root, rs.stream);
+    }
+    for (int r = 0; r < n; ++r) {
+        const rank_state& rs = B.ranks[std::size_t(r)];
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        const T* in = static_cast<const T*>(rs.in);
+        const T* out = static_cast<const T*>(rs.out);
+        launch_count<T>(rs, out + out_count, guard_elems, sent); // nothing written past the output
+        expect_spec want{};
+        want.n = n;
+        want.m = m;
+        switch (c) {
+        case coll_kind::all_reduce: want.kind = expect_kind::sum; break;
+        case coll_kind::all_gather:
+            want.kind = expect_kind::gather;
+            want.block = count;
+            break;
+        case coll_kind::reduce_scatter:
+            want.kind = expect_kind::sum;
+            want.first = u64(r) * count;
+            break;
+        case coll_kind::broadcast:
+            want.kind = expect_kind::pattern;
+            want.rank = root;
+            break;
+        case coll_kind::reduce:
+            if (r == root) want.kind = expect_kind::sum;
+            else want = sent; // a non-root's out is untouched
+            break;
+        }
+        launch_count<T>(rs, out, out_count, want);
+        if (c != coll_kind::broadcast) { // out-of-place input never modified
+            expect_spec mine{};
+            mine.kind = expect_kind::pattern;
+            mine.rank = r;
+            mine.m = m;
+            launch_count<T>(rs, in, in_count, mine);
+        }
+    }
+    sync_all(B);
+    u64 wrong = 0;
+    for (int r = 0; r < n; ++r) {
+        unsigned long long w = 0;
+        cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
+        cuda_ok(cudaMemcpy(&w, B.ranks[std::size_t(r)].wrong, sizeof w, cudaMemcpyDeviceToHost), "cudaMemcpy");
+        wrong += w;
+    }
+    return wrong;
+}
+
+//! Seconds for `iters` calls of every rank: one graph per rank (captured
+//! once, launched once untimed, once timed) or eager launches.
+template <class Algo, class T>
+double time_calls(bench& B, coll_kind c, u64 count, int root) {
+    const int n = B.n();
+    const int iters = B.opt.iters;
+    auto issue_rank = [&](int r) {
+        rank_state& rs = B.ranks[std::size_t(r)];
+        issue<Algo, T>(c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out), count, n,
+                       root, rs.stream);
+    };
+    if (!B.opt.graph) {
+        const auto t0 = clock_type::now();
+        for (int i = 0; i < iters; ++i)
+            for (int r = 0; r < n; ++r) {
+                cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
+                issue_rank(r);
+            }
+        sync_all(B);
+        return std::chrono::duration<double>(clock_type::now() - t0).count();
+    }
+    std::vector<cudaGraphExec_t> execs(std::size_t(n), nullptr);
+    struct exec_guard {
+        std::vector<cudaGraphExec_t>& e;
+        ~exec_guard() {
+            for (auto x : e)
+                if (x) (void)cudaGraphExecDestroy(x);
+        }
+    } guard{execs};
+    for (int r = 0; r < n; ++r) {
+        rank_state& rs = B.ranks[std::size_t(r)];
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cudaGraph_t g = nullptr;
+        cuda_ok(cudaStreamBeginCapture(rs.stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
+        try {
+            for (int i = 0; i < iters; ++i) issue_rank(r);
+        } catch (...) {
+            (void)cudaStreamEndCapture(rs.stream, &g);
+            if (g) (void)cudaGraphDestroy(g);
+            throw;
+        }
+        cuda_ok(cudaStreamEndCapture(rs.stream, &g), "cudaStreamEndCapture");
+        const cudaError_t e = cudaGraphInstantiate(&execs[std::size_t(r)], g, 0);
+        (void)cudaGraphDestroy(g);
+        cuda_ok(e, "cudaGraphInstantiate");
+        cuda_ok(cudaGraphUpload(execs[std::size_t(r)], rs.stream), "cudaGraphUpload");
+    }
+    auto launch_all = [&] {
+        for (int r = 0; r < n; ++r) {
+            cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
+            cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], B.ranks[std::size_t(r)].stream), "cudaGraphLaunch");
+        }
+        sync_all(B);
+    };
+    launch_all(); // untimed: first launch of a graph
+    const auto t0 = clock_type::now();
+    launch_all();
+    return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+//! Blocks the kernel of this (T, Op, schedule) can keep resident on `dev`
+//! at once: all ranks on one device must be resident together (they wait
+//! for each other), else they time out.
+template <class Algo, class T>
+long long resident_blocks(coll_kind c, int dev) {
+    using S = decltype(Algo::make_schedule(chorus::schedule_args{}));
+    int per_sm = 0;
+    cudaError_t e;
+    if (coll_uses_op(c))
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chorus::detail::collective_kernel<T, chorus::sum, S>,
+                                                          chorus::detail::collective_block_threads, 0);
+    else if constexpr (!all_reduce_only<Algo>)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+            &per_sm, chorus::detail::collective_kernel<T, chorus::detail::copy_only, S>,
+            chorus::detail::collective_block_threads, 0);
+    else
+        e = cudaErrorInvalidValue; // not reached: such tables are not run
+    cuda_ok(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+    int sms = 0;
+    cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
+    return (long long)per_sm * sms;
+}
+
+template <class Algo>
+std::string algo_label(algo_kind a, int node_size) {
+    const int ch = Algo::params.channels;
+    const std::string p = "<channels=" + std::to_string(ch) + ",chunk=" + human_bytes(Algo::params.chunk_bytes) + ">";
+    switch (a) {
+    case algo_kind::ring: return "ring" + p;
+    case algo_kind::direct: return "direct" + p;
+    case algo_kind::hierarchical:
+        return "hierarchical<ring" + p + ",ring" + p + ">(ranks_per_node=" + std::to_string(node_size) + ")";
+    }
+    return "?";
+}
+
+void print_table_header(const std::string& title) {
+    std::printf("#\n# %s\n", title.c_str());
+    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s\n", "size", "count", "type", "redop", "root",
+                "time", "algbw", "busbw", "#wrong", "moved", "/copy");
+    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
+                "(GB/s)", "(GB/s)", "", "(GB/s)", "");
+    std::fflush(stdout);
+}
+
+//! Every size of one collective for one algorithm tuning and element type.
+template <class Algo, class T>
+void run_table(bench& B, algo_kind ak, type_kind tk, coll_kind c) {
+    const int n = B.n();
+    const int root = coll_uses_root(c) ? B.opt.root : -1;
+    const int call_root = root < 0 ? 0 : root;
+    const std::string algo = algo_label<Algo>(ak, B.node_size);
+    table_summary sum;
+    sum.label = std::string(coll_name(c)) + " " + type_name(tk) + " " + algo + " ranks=" + std::to_string(n) +
+                " devices=" + std::to_string(B.distinct_devices.size());
+    print_table_header(sum.label);
+
+    // All ranks of a device must be resident at once.
+    {
+        const auto sch = Algo::make_schedule(args_for(c, 0, n, call_root, 1, sizeof(T), B.node_size));
+        for (int d : B.distinct_devices) {
+            const long long on_dev = std::count(B.devices.begin(), B.devices.end(), d);
+            cuda_ok(cudaSetDevice(d), "cudaSetDevice");
+            const long long avail = resident_blocks<Algo, T>(c, d);
+            const long long need = on_dev * sch.channels();
+            if (need > avail) {
+                sum.skipped = true;
+                sum.note = "needs " + std::to_string(need) + " co-resident blocks of 512 threads on device " +
+                           std::to_string(d) + ", which holds " + std::to_string(avail);
+                std::printf("# skipped: %s\n", sum.note.c_str());
+                B.summaries.push_back(sum);
+                return;
+            }
+        }
+    }
+
+    const char* redop = coll_uses_op(c) ? "sum" : "none";
+    bool first_row = true;
+    for (const std::size_t nominal : B.sizes) {
+        const u64 count = count_for(c, nominal, sizeof(T), n);
+        if (count == 0) continue;
+        row_result row;
+        row.count = std::size_t(count);
+        row.bytes = std::size_t(coll_count_per_rank(c) ? count * u64(n) : count) * sizeof(T);
+
+        // Warm-up: eager calls (the inputs are whatever the last check left: any data will do).
+        for (int i = 0; i < B.opt.warmup; ++i)
+            for (int r = 0; r < n; ++r) {
+                rank_state& rs = B.ranks[std::size_t(r)];
+                cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+                issue<Algo, T>(c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out),
+                               count, n, call_root, rs.stream);
+            }
+        sync_all(B);
+        if (B.opt.check) row.wrong = check_once<Algo, T>(B, c, count, call_root);
+        const double secs = time_calls<Algo, T>(B, c, count, call_root);
+
+        row.time_us = secs * 1e6 / B.opt.iters;
+        row.algbw = double(row.bytes) / (row.time_us * 1e-6) / 1e9;
+        row.busbw = row.algbw * bus_factor(c, n);
+        row.moved_bytes = schedule_traffic<Algo>(c, n, call_root, count, sizeof(T), B.node_size);
+        row.moved_gbps = row.moved_bytes / (row.time_us * 1e-6) / 1e9;
+        row.copy_ratio = B.copy_gbps > 0 ? row.moved_gbps / B.copy_gbps : 0;
+
+        std::printf(" %14zu %11zu %6s %6s %5d %11.2f %9.2f %9.2f %7" PRIu64 " %10.1f %7.3f\n", row.bytes, row.count,
+                    type_name(tk), redop, root, row.time_us, row.algbw, row.busbw, row.wrong, row.moved_gbps,
+                    row.copy_ratio);
+        std::fflush(stdout);
+        if (B.csv) {
+            std::fprintf(B.csv, "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64 "\n",
+                         coll_name(c), type_name(tk), algo_name(ak), int(Algo::params.channels),
+                         std::size_t(Algo::params.chunk_bytes), n, B.distinct_devices.size(), B.node_size,
+                         int(B.opt.graph), B.opt.iters, B.opt.warmup, row.bytes, row.count, row.time_us, row.algbw,
+                         row.busbw, row.moved_bytes, row.moved_gbps, B.copy_gbps, row.copy_ratio, row.wrong);
+            std::fflush(B.csv);
+        }
+
+        if (row.busbw > sum.peak_busbw) {
+            sum.peak_busbw = row.busbw;
+            sum.peak_busbw_bytes = row.bytes;
+        }
+        if (row.copy_ratio > sum.peak_ratio) {
+            sum.peak_ratio = row.copy_ratio;
+            sum.peak_ratio_bytes = row.bytes;
+        }
+        if (first_row) {
+            sum.smallest_bytes = row.bytes;
+            sum.smallest_time_us = row.time_us;
+            first_row = false;
+        }
+        sum.worst_time_us = std::max(sum.worst_time_us, row.time_us);
+        sum.wrong += row.wrong;
+        B.wrong_total += row.wrong;
+    }
+    if (first_row) {
+        sum.skipped = true;
+        sum.note = "no size gives a nonzero count";
+    }
+    B.summaries.push_back(sum);
+}
+
+void print_summary(const table_summary& s) {
+    if (s.skipped) {
+        std::printf("# summary %s: skipped (%s)\n", s.label.c_str(), s.note.c_str());
+        return;
+    }
+    std::printf("# summary %s: peak busbw %.2f GB/s at %s, peak /copy %.3f at %s, smallest %s %.2f us, "
+                "worst time %.2f us, #wrong %" PRIu64 "\n",
+                s.label.c_str(), s.peak_busbw, human_bytes(s.peak_busbw_bytes).c_str(), s.peak_ratio,
+                human_bytes(s.peak_ratio_bytes).c_str(), human_bytes(s.smallest_bytes).c_str(), s.smallest_time_us,
+                s.worst_time_us, s.wrong);
+}
+
+// ---------------------------------------------------------------------------
+// Runtime choices -> compile-time types
+// ---------------------------------------------------------------------------
+
+template <int C, std::size_t K, class F>
+void call_algo(algo_kind a, F& f) {
+    switch (a) {
+    case algo_kind::ring: f(std::type_identity<chorus::ring<chorus::ring_params{C, K}>>{}); break;
+    case algo_kind::direct: f(std::type_identity<chorus::direct<chorus::direct_params{C, K}>>{}); break;
+    case algo_kind::hierarchical:
+        f(std::type_identity<chorus::hierarchical<chorus::ring<chorus::ring_params{C, K}>,
+                                                  chorus::ring<chorus::ring_params{C, K}>>>{});
+        break;
+    }
+}
+
+template <class F, std::size_t... I>
+bool dispatch_algo(algo_kind a, int channels, std::size_t chunk, F& f, std::index_sequence<I...>) {
+    bool found = false;
+    ((channel_set[I / n_chunk_set] == channels && chunk_set[I % n_chunk_set] == chunk
+          ? (call_algo<channel_set[I / n_chunk_set], chunk_set[I % n_chunk_set]>(a, f), found = true)
+          : false),
+     ...);
+    return found;
+}
+
+//! Calls f(type_identity<Algo>{}, type_identity<T>{}).
+template <class F>
+bool with_config(algo_kind a, int channels, std::size_t chunk, type_kind t, F&& f) {
+    auto by_type = [&](auto algo_tag) {
+        if (t == type_kind::float32) f(algo_tag, std::type_identity<float>{});
+        else f(algo_tag, std::type_identity<__nv_bfloat16>{});
+    };
+    return dispatch_algo(a, channels, chunk, by_type, std::make_index_sequence<n_channel_set * n_chunk_set>{});
+}
+
+// ---------------------------------------------------------------------------
+// Set-up
+// ---------------------------------------------------------------------------
+
+//! STREAM-counted (read + write) bandwidth of cudaMemcpyAsync D2D of
+//! `bytes` on rank `rs`'s device: best of three timed batches.
+double measure_copy(const rank_state& rs, std::size_t bytes) {
+    cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+    const int reps = int(std::clamp<std::size_t>((std::size_t(2) << 30) / std::max<std::size_t>(bytes, 1), 5, 2000));
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    cuda_ok(cudaEventCreate(&e0), "cudaEventCreate");
+    cuda_ok(cudaEventCreate(&e1), "cudaEventCreate");
+    double best = 0;
+    for (int i = 0; i < 2; ++i) cuda_ok(cudaMemcpyAsync(rs.out, rs.in, bytes, cudaMemcpyDeviceToDevice, rs.stream), "copy");
+    for (int t = 0; t < 3; ++t) {
+        cuda_ok(cudaEventRecord(e0, rs.stream), "cudaEventRecord");
+        for (int i = 0; i < reps; ++i)
+            cuda_ok(cudaMemcpyAsync(rs.out, rs.in, bytes, cudaMemcpyDeviceToDevice, rs.stream), "cudaMemcpyAsync");
+        cuda_ok(cudaEventRecord(e1, rs.stream), "cudaEventRecord");
+        cuda_ok(cudaEventSynchronize(e1), "cudaEventSynchronize");
+        float ms = 0;
+        cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+        if (ms > 0) best = std::max(best, 2.0 * double(bytes) * reps / (double(ms) * 1e-3) / 1e9);
+    }
+    (void)cudaEventDestroy(e0);
+    (void)cudaEventDestroy(e1);
+    return best;
+}
+
+int run(bench& B) {
+    const options& o = B.opt;
+    int count = 0;
+    cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+    if (o.per_device) {
+        for (int d = 0; d < count && d < chorus::detail::max_lane_ranks; ++d) B.devices.push_back(d);
+    } else {
+        B.devices.assign(std::size_t(o.ranks), 0);
+    }
+    const int n = int(B.devices.size());
+    for (int d : B.devices)
+        if (std::find(B.distinct_devices.begin(), B.distinct_devices.end(), d) == B.distinct_devices.end())
+            B.distinct_devices.push_back(d);
+    if (o.root >= n) {
+        std::fprintf(stderr, "-r/--root %d: only %d ranks\n", o.root, n);
+        return 2;
+    }
+    // The node size make_communicators will use (it falls back to CHORUS_RANKS_PER_NODE).
+    const bool wants_hier = std::find(o.algos.begin(), o.algos.end(), algo_kind::hierarchical) != o.algos.end();
+    B.node_size = o.ranks_per_node;
+    if (B.node_size == 0 && wants_hier && n >= 4 && n % 2 == 0) B.node_size = n / 2;
+    if (B.node_size == 0)
+        if (const char* e = std::getenv("CHORUS_RANKS_PER_NODE")) B.node_size = std::atoi(e) > 0 ? std::atoi(e) : 0;
+
+    B.sizes = chorus_bench::sweep_sizes(o);
+
+    // Scratch: the most any planned call needs, found from the schedules themselves.
+    std::size_t scratch = 0;
+    for (algo_kind a : o.algos)
+        for (int ch : o.channels)
+            for (std::size_t chunk : o.chunks)
+                for (type_kind t : o.types)
+                    with_config(a, ch, chunk, t, [&](auto algo_tag, auto type_tag) {
+                        using Algo = typename decltype(algo_tag)::type;
+                        using T = typename decltype(type_tag)::type;
+                        for (coll_kind c : o.colls)
+                            for (std::size_t s : B.sizes) {
+                                if (all_reduce_only<Algo> && c != coll_kind::all_reduce) break;
+                                const u64 cnt = count_for(c, s, sizeof(T), n);
+                                if (cnt)
+                                    scratch = std::max(scratch, scratch_needed<Algo>(c, n, coll_uses_root(c) ? o.root : 0,
+                                                                                     cnt, sizeof(T), B.node_size));
+                            }
+                    });
+    scratch = std::max<std::size_t>(scratch, 4096);
+
+    // Buffers (allocated and touched once) and streams.
+    B.ranks.resize(std::size_t(n));
+    for (int r = 0; r < n; ++r) {
+        rank_state& rs = B.ranks[std::size_t(r)];
+        rs.dev = B.devices[std::size_t(r)];
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cuda_ok(cudaStreamCreateWithFlags(&rs.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        cuda_ok(cudaMalloc(&rs.in, o.max_bytes + guard_bytes), "cudaMalloc (in)");
+        cuda_ok(cudaMalloc(&rs.out, o.max_bytes + guard_bytes), "cudaMalloc (out)");
+        cuda_ok(cudaMalloc(reinterpret_cast<void**>(&rs.wrong), sizeof(unsigned long long)), "cudaMalloc");
+        cuda_ok(cudaMemsetAsync(rs.in, 0, o.max_bytes + guard_bytes, rs.stream), "cudaMemsetAsync");
+        cuda_ok(cudaMemsetAsync(rs.out, 0, o.max_bytes + guard_bytes, rs.stream), "cudaMemsetAsync");
+    }
+    for (auto& rs : B.ranks) {
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cuda_ok(cudaStreamSynchronize(rs.stream), "cudaStreamSynchronize");
+    }
+
+    chorus::gpu::options gopt;
+    gopt.scratch_bytes = scratch;
+    gopt.ranks_per_node = B.node_size;
+    B.comms = chorus::gpu::make_communicators(B.devices, gopt);
+    for (auto& c : B.comms) c.set_timeout(std::chrono::milliseconds(o.timeout_ms));
+
+    // Copy ceiling: the largest size, on every device used.
+    for (int d : B.distinct_devices) {
+        const auto it = std::find(B.devices.begin(), B.devices.end(), d);
+        const double g = measure_copy(B.ranks[std::size_t(it - B.devices.begin())], o.max_bytes);
+        B.copy_per_device.push_back(g);
+        B.copy_gbps += g;
+    }
+
+    // Header.
+    int rt = 0, drv = 0;
+    (void)cudaRuntimeGetVersion(&rt);
+    (void)cudaDriverGetVersion(&drv);
+    std::printf("# %s\n", o.command_line.c_str());
+    std::printf("# chorus %d.%d.%d, GPU backend; CUDA runtime %d, driver %d\n", CHORUS_VERSION_MAJOR,
+                CHORUS_VERSION_MINOR, CHORUS_VERSION_PATCH, rt, drv);
+    for (std::size_t i = 0; i < B.distinct_devices.size(); ++i) {
+        const int d = B.distinct_devices[i];
+        cudaDeviceProp p{};
+        cuda_ok(cudaGetDeviceProperties(&p, d), "cudaGetDeviceProperties");
+        const long long on_dev = std::count(B.devices.begin(), B.devices.end(), d);
+        std::printf("# device %d: %s, sm_%d%d, %d SMs, %.1f GiB; %lld rank(s); copy (cudaMemcpyAsync D2D %s, "
+                    "read+write): %.1f GB/s\n",
+                    d, p.name, p.major, p.minor, p.multiProcessorCount, double(p.totalGlobalMem) / double(1 << 30),
+                    on_dev, human_bytes(o.max_bytes).c_str(), B.copy_per_device[i]);
+    }
+    const char* conns = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+    std::printf("# ranks %d on %zu device(s)%s; CUDA_DEVICE_MAX_CONNECTIONS=%s\n", n, B.distinct_devices.size(),
+                o.per_device ? " (one per device)" : " (virtual ranks)", conns ? conns : "(unset: 8)");
+    {
+        long long most = 0;
+        for (int d : B.distinct_devices) most = std::max<long long>(most, std::count(B.devices.begin(), B.devices.end(), d));
+        const int limit = conns ? std::atoi(conns) : 8;
+        if (most > limit)
+            std::printf("# warning: %lld ranks share a device but CUDA_DEVICE_MAX_CONNECTIONS is %d: "
+                        "their kernels may not run concurrently (timeouts); export CUDA_DEVICE_MAX_CONNECTIONS=32\n",
+                        most, limit);
+    }
+    std::printf("# iters %d, warmup %d, check %d, %s, timeout %d ms, checked mode %s, scratch %zu B per rank%s\n",
+                o.iters, o.warmup, int(o.check), o.graph ? "CUDA graphs (nccl-tests -G)" : "eager launches",
+                o.timeout_ms, B.comms[0].checked() ? "on" : "off", scratch,
+                B.node_size ? (", ranks_per_node " + std::to_string(B.node_size)).c_str() : "");
+    std::printf("# copy_gbps=%.2f\n", B.copy_gbps);
+    std::printf("#\n"
+                "# S = size(B). algbw = S / time. busbw = algbw * factor (nccl-tests): AllReduce 2(n-1)/n,\n"
+                "#   AllGather and ReduceScatter (n-1)/n (S = all n blocks), Broadcast and Reduce 1.\n"
+                "# time = per call: (host clock around every rank's graph launch + stream syncs) / iters.\n"
+                "# moved = bytes all ranks' schedules read + write per call (from the schedules), / time.\n"
+                "# /copy = moved / copy bandwidth above (sum over devices). #wrong: elements differing from the\n"
+                "#   exact result, writes past the output, changes to the input (one call per size).\n");
+    std::fflush(stdout);
+
+    if (!o.csv_path.empty()) {
+        B.csv = std::fopen(o.csv_path.c_str(), "w");
+        if (!B.csv) {
+            std::fprintf(stderr, "cannot open %s\n", o.csv_path.c_str());
+            return 2;
+        }
+        std::fprintf(B.csv, "collective,type,algo,channels,chunk_bytes,ranks,devices,node_size,graph,iters,warmup,"
+                            "size_bytes,count,time_us,algbw_gbps,busbw_gbps,moved_bytes,moved_gbps,copy_gbps,"
+                            "copy_ratio,wrong\n");
+    }
+
+    int status = 0;
+    try {
+        for (algo_kind a : o.algos)
+            for (int ch : o.channels)
+                for (std::size_t chunk : o.chunks)
+                    for (type_kind t : o.types)
+                        for (coll_kind c : o.colls) {
+                            if (a == algo_kind::hierarchical && c != coll_kind::all_reduce) {
+                                std::printf("#\n# %s %s hierarchical: not measured (hierarchical<> runs its Intra "
+                                            "policy, ring<>, for every collective but all_reduce; see --algo ring)\n",
+                                            coll_name(c), type_name(t));
+                                continue;
+                            }
+                            with_config(a, ch, chunk, t, [&](auto algo_tag, auto type_tag) {
+                                run_table<typename decltype(algo_tag)::type, typename decltype(type_tag)::type>(
+                                    B, a, t, c);
+                            });
+                        }
+    } catch (const chorus::error& e) {
+        std::printf("# FAILED: chorus error: %s\n", e.what());
+        status = 1;
+    } catch (const cuda_failure& e) {
+        std::printf("# FAILED: CUDA error: %s\n", e.what.c_str());
+        status = 1;
+    }
+
+    std::printf("#\n");
+    for (const auto& s : B.summaries) print_summary(s);
+    std::printf("# Out of bounds / wrong values : %" PRIu64 " %s\n", B.wrong_total, B.wrong_total ? "FAILED" : "OK");
+    if (B.wrong_total) status = 1;
+    std::printf("# %s\n", status == 0 ? "all results correct" : "FAILED");
+    if (B.csv) std::fclose(B.csv);
+    return status;
+}
+
+void release(bench& B) {
+    B.comms.clear();
+    for (auto& rs : B.ranks) {
+        (void)cudaSetDevice(rs.dev);
+        if (rs.stream) (void)cudaStreamSynchronize(rs.stream);
+        if (rs.stream) (void)cudaStreamDestroy(rs.stream);
+        if (rs.in) (void)cudaFree(rs.in);
+        if (rs.out) (void)cudaFree(rs.out);
+        if (rs.wrong) (void)cudaFree(rs.wrong);
+    }
+    B.ranks.clear();
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    bench B;
+    try {
+        B.opt = parse_args(argc, argv);
+    } catch (const usage_error& e) {
+        std::fprintf(stderr, "%s: %s\n", argv[0], e.what.c_str());
+        print_usage(stderr, argv[0]);
+        return 2;
+    }
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+        (void)cudaGetLastError();
+        std::printf("CHORUS_SKIP: no CUDA device\n");
+        return 77;
+    }
+    int status = 1;
+    try {
+        status = run(B);
+    } catch (const cuda_failure& e) {
+        std::printf("# FAILED: CUDA error: %s\n", e.what.c_str());
+        status = 1;
+    } catch (const chorus::error& e) {
+        std::printf("# FAILED: chorus error: %s\n", e.what());
+        status = 1;
+    } catch (const std::exception& e) {
+        std::printf("# FAILED: %s\n", e.what());
+        status = 1;
+    }
+    std::fflush(stdout);
+    release(B);
+    return status;
+}

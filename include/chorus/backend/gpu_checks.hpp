@@ -1,0 +1,67 @@
+#pragma once
+//! \file backend/gpu_checks.hpp
+//! The GPU backend's argument checks, as plain host code (the CPU suite
+//! tests them without a GPU; backend/gpu.hpp feeds them what
+//! cudaPointerGetAttributes says).
+
+#include <string>
+
+#include "../algo/schedule.hpp"
+#include "../core/error.hpp"
+#include "../exec/lane_env.hpp"
+
+namespace chorus::detail {
+
+//! What a CUDA memory query says about a pointer, reduced to what chorus checks.
+enum class mem_kind { host, device, managed };
+
+//! Throws unless `p` is memory that rank code on device `dev` may use:
+//! device memory of `dev`, or managed memory. `name` is the argument.
+inline void check_gpu_buffer(collective coll, const char* name, mem_kind kind, int ptr_device, int dev) {
+    const std::string head = std::string("chorus::") + collective_name(coll) + ": `" + name + "` ";
+    if (kind == mem_kind::host)
+        throw error(errc::invalid_argument, head + "is host memory; a GPU communicator needs device memory "
+                                                   "(cudaMalloc) on device " + std::to_string(dev));
+    if (kind == mem_kind::device && ptr_device != dev)
+        throw error(errc::invalid_argument, head + "is memory of device " + std::to_string(ptr_device) +
+                                                " but this rank runs on device " + std::to_string(dev));
+}
+
+inline std::string describe_signature(const lane_signature& s) {
+    const auto coll = static_cast<collective>(s.shape & 0xff);
+    return std::string(collective_name(coll)) + "(count=" + std::to_string(s.count) +
+           ", root=" + std::to_string(static_cast<int>(static_cast<std::uint32_t>(s.shape >> 32))) +
+           ", channels=" + std::to_string((s.shape >> 8) & 0xffffff) + ")";
+}
+
+//! The error rank `rank` reports for the failure records its kernels left
+//! (faults[rank].code != 0): its own timeout or mismatch, else the rank
+//! whose failure stopped it, else the abort `reason`.
+inline error gpu_fault_error(int rank, const lane_fault* faults, int n, const std::string& reason) {
+    const lane_fault& f = faults[rank];
+    const std::string head = "chorus::gpu: rank " + std::to_string(rank) + ": ";
+    switch (static_cast<status>(f.code)) {
+    case status::timeout:
+        return error(errc::timeout, head + "timed out waiting for rank " + std::to_string(f.peer) + " (channel " +
+                                        std::to_string(f.channel) + ", unit " + std::to_string(f.unit) +
+                                        "); did every rank issue this collective?");
+    case status::mismatch:
+        return error(errc::mismatch, head + "ranks disagree: rank " + std::to_string(f.peer) + " called " +
+                                         describe_signature(f.theirs) +
+                                         " (or with another element type, operator or algorithm)");
+    default: break;
+    }
+    for (int r = 0; r < n; ++r) {
+        const lane_fault& o = faults[r];
+        if (o.code != 0 && o.code != static_cast<int>(status::aborted))
+            return error(errc::peer_failed,
+                         head + "stopped because rank " + std::to_string(r) + " failed (" +
+                             (o.code == static_cast<int>(status::timeout)
+                                  ? "it timed out waiting for rank " + std::to_string(o.peer)
+                                  : std::string("ranks disagree about the call")) +
+                             ")");
+    }
+    return error(errc::aborted, head + "communicator aborted" + (reason.empty() ? std::string() : ": " + reason));
+}
+
+} // namespace chorus::detail

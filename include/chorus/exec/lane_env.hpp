@@ -1,0 +1,271 @@
+#pragma once
+//! \file exec/lane_env.hpp
+//! The lane executor: one channel of one rank run by a group of lanes that
+//! share the work of every step. On a GPU the lanes are the threads of one
+//! block (kernels/collective.cuh); in the CPU lane test they are CPU
+//! threads with a barrier. Everything here is __host__ __device__ and is
+//! compiled for both, so the CPU suite drives the very code the kernels
+//! run: the rank program (exec/rank_program.hpp), the flag protocol, the
+//! descriptor exchange, the mismatch check, the deadline and abort checks,
+//! and the lane-parallel reduce-copy (exec/lane_reduce_copy.hpp).
+//!
+//! Memory every rank can reach (device memory with peer access, or host
+//! memory): one lane_rank_area per rank holding its progress flag, its
+//! buffer descriptors and its own collective counter per channel. The
+//! counter lives in that memory (not in the launch), so a launch replayed
+//! from a CUDA graph runs as the next collective.
+//!
+//! Lanes interface:
+//!   int id() const; int count() const;
+//!   void sync() const;                 // barrier of all lanes
+//!   template <class V> V share(V) const;  // lane 0's value, to every lane (includes a barrier)
+//!   std::uint64_t now_ns() const;      // a monotonic clock
+//!   void relax() const;                // called between polls of a flag
+
+#include <cstdint>
+
+#include "../algo/schedule.hpp"
+#include "../core/atomic.hpp"
+#include "../core/config.hpp"
+#include "../core/error.hpp"
+#include "lane_reduce_copy.hpp"
+#include "rank_program.hpp"
+
+namespace chorus::detail {
+
+//! Most ranks a lane communicator may have (fan-in table, checked-peer bitmap).
+inline constexpr int max_lane_ranks = 64;
+
+//! What ranks compare in checked mode (and on first contact always).
+struct lane_signature {
+    std::uint64_t count = 0;
+    std::uint64_t shape = 0; //!< collective | channels << 8 | root << 32
+    std::uint64_t type_id = 0;
+    std::uint64_t op_id = 0;
+    std::uint64_t algo_id = 0;
+    CHORUS_HD constexpr bool same(const lane_signature& o) const {
+        return count == o.count && shape == o.shape && type_id == o.type_id && op_id == o.op_id &&
+               algo_id == o.algo_id;
+    }
+};
+
+//! One rank's buffers for one collective on one channel.
+struct lane_desc {
+    const void* in = nullptr;
+    void* out = nullptr;
+    void* scratch = nullptr;
+    lane_signature sig{};
+};
+
+struct alignas(128) lane_flag {
+    std::uint64_t value = 0;
+};
+
+//! A rank's state that its peers read.
+struct lane_rank_area {
+    lane_flag flags[max_channels];
+    lane_desc desc[2][max_channels]; //!< [seq & 1][channel]
+    std::uint64_t seq[max_channels]; //!< collectives this rank ran on each channel
+};
+
+//! The first failure of a rank, for the host to report.
+struct lane_fault {
+    int code = 0; //!< a detail::status; 0: none
+    int peer = -1;
+    int channel = 0;
+    std::uint32_t pad = 0;
+    std::uint64_t unit = 0;
+    lane_signature theirs{}; //!< mismatch: the peer's call
+};
+
+//! The world as one device (or the CPU) sees it.
+struct lane_world {
+    lane_rank_area* const* areas = nullptr; //!< [nranks]
+    std::uint32_t* abort = nullptr;         //!< nonzero: every wait fails
+    lane_fault* faults = nullptr;           //!< [nranks]
+    int nranks = 1;
+};
+
+//! Everything one rank's launch needs: the same for every channel.
+template <class T, class Op, class Schedule>
+struct lane_launch {
+    Schedule sch{};
+    lane_world world{};
+    int rank = 0;
+    const T* in = nullptr;
+    T* out = nullptr;
+    T* scratch = nullptr;
+    lane_signature sig{};
+    std::uint64_t timeout_ns = 0;
+    bool checked = false; //!< compare calls with every rank before moving data (else: with the peers touched)
+    Op op{};
+};
+
+//! Per lane group scratch the executor needs (shared memory on a GPU).
+template <class T>
+struct lane_shared {
+    const T* fan[max_lane_ranks];
+    std::uint64_t checked[max_lane_ranks / 64];
+};
+
+template <class T, class Op, class Lanes>
+struct lane_env {
+    const Lanes& lanes;
+    lane_world world;
+    lane_shared<T>& sh;
+    int me;
+    std::uint64_t seq;
+    std::uint64_t deadline_ns;
+    lane_signature sig;
+    lane_desc mine;
+    Op op;
+    // Where a wait failed (lane 0 only).
+    int bad_peer = -1;
+    std::uint64_t bad_unit = 0;
+    lane_signature theirs{};
+
+    CHORUS_HD bool aborted() const {
+        return atomic_ref<std::uint32_t>(*world.abort).load(mo::memory_order_acquire) != 0;
+    }
+
+    //! Lane 0 spins on the peer's flag; the outcome goes to every lane.
+    CHORUS_HD status poll(int peer, int c, std::uint64_t target) {
+        std::uint64_t* word = &world.areas[peer]->flags[c].value;
+        for (unsigned i = 0;; ++i) {
+            if (flag_load_acquire(word) >= target) return status::ok;
+            lanes.relax();
+            if ((i & 63u) == 0) {
+                if (aborted()) return status::aborted;
+                if (lanes.now_ns() > deadline_ns) return status::timeout;
+            }
+        }
+    }
+
+    CHORUS_HD status wait(int peer, int c, std::uint64_t units) {
+        int st = 0;
+        if (lanes.id() == 0) {
+            status s = status::ok;
+            if (aborted()) s = status::aborted;
+            // First contact with this peer in this collective: once it has
+            // registered, compare its call with ours before trusting its
+            // buffers or waiting for progress it may never make.
+            const std::uint64_t bit = std::uint64_t(1) << (peer % 64);
+            if (s == status::ok && (sh.checked[peer / 64] & bit) == 0) {
+                s = poll(peer, c, seq << 32);
+                if (s == status::ok) {
+                    const lane_signature& o = world.areas[peer]->desc[seq & 1][c].sig;
+                    lane_signature copy{o.count, o.shape, o.type_id, o.op_id, o.algo_id};
+                    if (!copy.same(sig)) {
+                        theirs = copy;
+                        s = status::mismatch;
+                    }
+                }
+                sh.checked[peer / 64] |= bit;
+            }
+            if (s == status::ok) s = poll(peer, c, (seq << 32) | units);
+            if (s != status::ok) {
+                bad_peer = peer;
+                bad_unit = units;
+            }
+            st = static_cast<int>(s);
+        }
+        return static_cast<status>(lanes.share(st));
+    }
+
+    CHORUS_HD void post(int c, std::uint64_t units) {
+        lanes.sync(); // every lane's stores precede the release below
+        if (lanes.id() == 0) {
+#if defined(__CUDA_ARCH__)
+            __threadfence_system();
+#endif
+            flag_store_release(&world.areas[me]->flags[c].value, (seq << 32) | units);
+        }
+    }
+
+    CHORUS_HD T* base(const operand& o, int c) const {
+        const lane_desc* d = &mine;
+        lane_desc peer{};
+        if (o.rank != me) {
+            const lane_desc& pd = world.areas[o.rank]->desc[seq & 1][c];
+            peer.in = pd.in;
+            peer.out = pd.out;
+            peer.scratch = pd.scratch;
+            d = &peer;
+        }
+        switch (o.loc) {
+        case where::in: return const_cast<T*>(static_cast<const T*>(d->in)) + o.offset;
+        case where::out: return static_cast<T*>(d->out) + o.offset;
+        case where::scratch: return static_cast<T*>(d->scratch) + o.offset;
+        case where::none: break;
+        }
+        return nullptr;
+    }
+
+    int channel = 0; //!< the channel this env runs (set by run_lane_channel)
+
+    CHORUS_HD status execute(const step& s) {
+        if (s.count == 0) return status::ok;
+        reduce_copy_args<T> a{};
+        a.count = s.count;
+        a.finish_n = s.finish ? world.nranks : 0;
+        a.dst[0] = base(s.dst, channel);
+        a.ndst = 1;
+        if (s.dst2.loc != where::none) a.dst[a.ndst++] = base(s.dst2, channel);
+        const T* pair[2];
+        if (s.fan_in >= 2) {
+            for (int q = lanes.id(); q < int(s.fan_in); q += lanes.count())
+                sh.fan[q] = base({s.source_rank(q), s.src0.loc, s.src0.offset}, channel);
+            lanes.sync();
+            a.src = sh.fan;
+            a.nsrc = s.fan_in;
+        } else {
+            pair[0] = base(s.src0, channel);
+            a.nsrc = 1;
+            if (s.src1.loc != where::none) pair[a.nsrc++] = base(s.src1, channel);
+            a.src = pair;
+        }
+        lane_reduce_copy(lanes, a, op);
+        return status::ok;
+    }
+};
+
+//! One channel of one rank, from registration to the final wait: the
+//! body of the GPU kernel's thread block and of the CPU lane test.
+CHORUS_HD_TEMPLATE
+template <class T, class Op, class Schedule, class Lanes>
+CHORUS_HD status run_lane_channel(const Lanes& lanes, const lane_launch<T, Op, Schedule>& L, int c,
+                                  lane_shared<T>& sh) {
+    lane_rank_area* own = L.world.areas[L.rank];
+    const std::uint64_t seq = lanes.share(lanes.id() == 0 ? own->seq[c] + 1 : std::uint64_t(0));
+    const std::uint64_t deadline = lanes.share(lanes.id() == 0 ? lanes.now_ns() + L.timeout_ns : std::uint64_t(0));
+    lane_desc mine{L.in, L.out, L.scratch, L.sig};
+    lane_env<T, Op, Lanes> env{lanes, L.world, sh, L.rank, seq, deadline, L.sig, mine, L.op};
+    env.channel = c;
+    if (lanes.id() == 0) {
+        for (auto& m : sh.checked) m = 0;
+        own->desc[seq & 1][c] = mine; // published by the release in post()
+    }
+    env.post(c, 0);
+    status st = status::ok;
+    if (L.checked) st = wait_for(env, wait_spec{0, 0, static_cast<std::uint16_t>(L.world.nranks), 1}, L.rank, c);
+    const std::uint64_t units = L.sch.units();
+    for (std::uint64_t p = 0; p < units && st == status::ok; ++p) st = run_unit(L.sch, env, c, p);
+    if (st == status::ok) st = finish_channel(L.sch, env, c);
+    if (lanes.id() == 0) {
+        own->seq[c] = seq;
+        if (st != status::ok) {
+            lane_fault& f = L.world.faults[L.rank];
+            if (f.code == 0) {
+                f.peer = env.bad_peer;
+                f.channel = c;
+                f.unit = env.bad_unit;
+                f.theirs = env.theirs;
+                f.code = static_cast<int>(st);
+            }
+            atomic_ref<std::uint32_t>(*L.world.abort).store(1, mo::memory_order_release);
+        }
+    }
+    return st;
+}
+
+} // namespace chorus::detail

@@ -1,0 +1,9 @@
+#pragma once
+//! \file gpu.hpp
+//! chorus on CUDA devices: the whole API of <chorus/chorus.hpp> plus the
+//! GPU backend (chorus::gpu::make_communicators) and the stream-ordered
+//! forms of every collective. Include it from a .cu file compiled by nvcc
+//! with -std=c++20 (and --extended-lambda for lambda operators).
+
+#include "chorus.hpp"
+#include "backend/gpu.hpp"
