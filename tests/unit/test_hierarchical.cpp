@@ -64,12 +64,14 @@ std::vector<T> reference(int n, std::uint64_t count, int op_kind, const Op& op) 
 }
 
 constexpr std::uint64_t counts[] = {0, 1, 7, 1009, 100003};
+// Under ThreadSanitizer (ten times slower, 8 threads on 2 cores) the largest count is left out.
+constexpr std::size_t n_counts = chorus_test::under_tsan ? 4 : 5;
 
 template <class Algo, class T, class Op>
 void check_all_reduce(comm_t& comm, failure_log& log, const std::string& algo, int op_kind, const Op& op) {
     const int n = comm.size();
     const int r = comm.rank();
-    for (std::uint64_t count : counts) {
+    for (std::uint64_t count : std::span(counts, n_counts)) {
         const std::vector<T> ref = reference<T>(n, count, op_kind, op);
         for (bool in_place : {false, true}) {
             const std::size_t off = std::size_t((r + int(in_place)) % 3);
@@ -114,7 +116,7 @@ void check_policy(comm_t& comm, failure_log& log, const std::string& algo) {
     check_all_reduce<Algo, float>(comm, log, algo, 2, chorus::max{});
 }
 
-using hier_rr = chorus::hierarchical<chorus::ring<{2, 4096}>, chorus::ring<{1, 64}>>;
+using hier_rr = chorus::hierarchical<chorus::ring<{2, 4096}>, chorus::ring<{1, 1024}>>;
 using hier_rd = chorus::hierarchical<chorus::ring<{1, 16 << 10}>, chorus::direct<{1, 4096}>>;
 using hier_dr = chorus::hierarchical<chorus::direct<{2, 8192}>, chorus::ring<{1, 1024}>>;
 using hier_dd = chorus::hierarchical<chorus::direct<{1, 1 << 20}>, chorus::direct<{2, 256}>>;

@@ -283,7 +283,7 @@ TEST_CASE("lane executor: ring<> and direct<> on several lanes per rank, every c
     }
 }
 
-TEST_CASE("lane executor: a rank that never joins times out, the others stop; a mismatch is caught") {
+TEST_CASE("lane executor: a rank that never joins times out and the others stop, a mismatch is caught") {
     {
         const int n = 3;
         lane_world_host w(n);
