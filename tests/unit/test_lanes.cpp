@@ -92,11 +92,7 @@ std::vector<status> run_lanes(lane_world_host& w, collective coll, int root, std
     for (int r = 0; r < n; ++r) {
         const std::uint64_t cnt = counts.empty() ? count : counts[std::size_t(r)];
         schedule_args a{coll, r, n, root, cnt, sizeof(T), false, 0};
-        const bool blocks = coll == collective::all_gather || coll == collective::reduce_scatter;
-        (void)blocks;
-        a.in_place = coll == collective::reduce_scatter ? out[std::size_t(r)] == in[std::size_t(r)] + std::uint64_t(r) * cnt
-                     : coll == collective::all_gather   ? out[std::size_t(r)] + std::uint64_t(r) * cnt == in[std::size_t(r)]
-                                                        : static_cast<const void*>(in[std::size_t(r)]) == out[std::size_t(r)];
+        a.in_place = in_place_call<T>(coll, in[std::size_t(r)], out[std::size_t(r)], r, cnt);
         auto& L = launches[std::size_t(r)];
         L.sch = Algo::make_schedule(a);
         L.world = w.view();

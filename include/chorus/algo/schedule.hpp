@@ -93,6 +93,16 @@ struct schedule_args {
     int node_size = 0;            //!< ranks per node for hierarchical policies (0: one node)
 };
 
+//! Whether one rank's call is in place as the API defines it: AllGather,
+//! `in` is block `rank` of `out`; ReduceScatter, `out` is block `rank` of
+//! `in`; the others, in == out. `count` as in schedule_args.
+template <class T>
+CHORUS_HD constexpr bool in_place_call(collective coll, const T* in, const T* out, int rank, std::uint64_t count) {
+    if (coll == collective::reduce_scatter) return out == in + std::uint64_t(rank) * count;
+    if (coll == collective::all_gather) return out + std::uint64_t(rank) * count == in;
+    return in == out;
+}
+
 namespace detail {
 CHORUS_HD constexpr int mod(long long a, int n) {
     long long r = a % n;

@@ -329,9 +329,7 @@ future communicator<gpu::device>::launch(collective coll, const T* in, T* out, s
         }
     } else {
         schedule_args a{coll, rank_, n, root, count, sizeof(T), false, world_->node_size};
-        a.in_place = coll == collective::reduce_scatter ? out == in + std::uint64_t(rank_) * count
-                     : coll == collective::all_gather   ? out + std::uint64_t(rank_) * count == in
-                                                        : static_cast<const void*>(in) == out;
+        a.in_place = in_place_call<T>(coll, in, out, rank_, count);
         enqueue(Algo::make_schedule(a), static_cast<T*>(nullptr));
     }
 

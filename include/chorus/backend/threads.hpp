@@ -413,9 +413,7 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     if (w.aborted()) detail::throw_for(w, coll, detail::status::aborted, {});
     const int n = w.size();
     schedule_args args{coll, rank_, n, root, count, sizeof(T), false, w.node_size()};
-    args.in_place = coll == collective::reduce_scatter ? out == in + std::uint64_t(rank_) * count
-                    : coll == collective::all_gather   ? out + std::uint64_t(rank_) * count == in
-                                                       : in == out;
+    args.in_place = in_place_call<T>(coll, in, out, rank_, count);
     const auto sch = Algo::make_schedule(args);
     const int channels = sch.channels();
 

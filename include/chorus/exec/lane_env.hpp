@@ -153,10 +153,9 @@ struct lane_env {
             if (s == status::ok && (sh.checked[peer / 64] & bit) == 0) {
                 s = poll(peer, c, seq << 32);
                 if (s == status::ok) {
-                    const lane_signature& o = world.areas[peer]->desc[seq & 1][c].sig;
-                    lane_signature copy{o.count, o.shape, o.type_id, o.op_id, o.algo_id};
-                    if (!copy.same(sig)) {
-                        theirs = copy;
+                    const lane_signature o = world.areas[peer]->desc[seq & 1][c].sig;
+                    if (!o.same(sig)) {
+                        theirs = o;
                         s = status::mismatch;
                     }
                 }

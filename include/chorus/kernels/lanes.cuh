@@ -30,10 +30,4 @@ struct block_lanes {
     __device__ void relax() const {}
 };
 
-//! Every thread of the grid is a lane (for stand-alone reduce-copies).
-struct grid_lanes {
-    __device__ int id() const { return static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); }
-    __device__ int count() const { return static_cast<int>(gridDim.x * blockDim.x); }
-};
-
 } // namespace chorus::detail
