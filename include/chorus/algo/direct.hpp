@@ -99,7 +99,8 @@ struct direct_schedule {
         case collective::all_gather: return std::uint64_t(nranks) * K;
         case collective::broadcast: return me == root ? 0 : K;
         case collective::reduce: return me == root ? K : 0;
-        case collective::barrier: return 0;
+        case collective::barrier:
+        default: return 0;
         }
         return 0;
     }
@@ -200,7 +201,8 @@ struct direct_schedule {
             s.waits[0] = {root, 0};
             return s;
         }
-        case collective::barrier: return s;
+        case collective::barrier:
+        default: return s;
         }
         return s;
     }
@@ -217,7 +219,8 @@ struct direct_schedule {
         case collective::all_gather: return everyone(std::uint64_t(nranks) * K);
         case collective::broadcast: return me == root ? everyone(K) : wait_spec{};
         case collective::reduce: return me == root ? wait_spec{} : wait_spec{root, K};
-        case collective::barrier: return {};
+        case collective::barrier:
+        default: return {};
         }
         return {};
     }

@@ -141,7 +141,8 @@ CHORUS_HD constexpr ring_plan make_ring_plan(collective coll, int rank, int nran
     case collective::reduce_scatter: p.steps = n == 1 ? 1u : std::uint32_t(n - 1); break;
     case collective::broadcast:
     case collective::reduce: p.steps = 1; break;
-    case collective::barrier: p.steps = 0; break;
+    case collective::barrier:
+    default: p.steps = 0; break;
     }
     if (coll == collective::barrier || p.steps == 0) return p;
     const std::uint64_t slice_len =
@@ -291,7 +292,8 @@ struct ring_schedule {
             if (!root) s.waits[1] = {su, p == 0 ? 0 : p - 1};
             return s;
         }
-        case collective::barrier: return s;
+        case collective::barrier:
+        default: return s;
         }
         return s;
     }

@@ -20,7 +20,26 @@
 namespace chorus {
 
 //! The collectives chorus schedules.
-enum class collective : std::uint8_t { all_reduce, all_gather, reduce_scatter, broadcast, reduce, barrier };
+//! all_to_all and the "v" (per-rank count) variants are planned by the
+//! exchange schedule (algo/exchange.hpp) whatever the policy.
+enum class collective : std::uint8_t {
+    all_reduce,
+    all_gather,
+    reduce_scatter,
+    broadcast,
+    reduce,
+    barrier,
+    all_to_all,
+    all_gatherv,
+    reduce_scatterv,
+    all_to_allv,
+};
+
+//! True for the collectives every policy plans with the exchange schedule.
+CHORUS_HD constexpr bool is_exchange(collective c) {
+    return c == collective::all_to_all || c == collective::all_gatherv || c == collective::reduce_scatterv ||
+           c == collective::all_to_allv;
+}
 
 CHORUS_HD constexpr const char* collective_name(collective c) {
     switch (c) {
@@ -30,6 +49,10 @@ CHORUS_HD constexpr const char* collective_name(collective c) {
     case collective::broadcast: return "broadcast";
     case collective::reduce: return "reduce";
     case collective::barrier: return "barrier";
+    case collective::all_to_all: return "all_to_all";
+    case collective::all_gatherv: return "all_gatherv";
+    case collective::reduce_scatterv: return "reduce_scatterv";
+    case collective::all_to_allv: return "all_to_allv";
     }
     return "?";
 }
@@ -80,8 +103,15 @@ struct step {
     CHORUS_HD constexpr int source_rank(int q) const { return src0.rank + q * int(fan_stride); }
 };
 
+namespace model {
+struct topology;
+} // namespace model
+
 //! What a policy needs to plan one collective on one rank. Every rank of
 //! the collective passes the same values except `rank` and `in_place`.
+//! Invariant every schedule keeps (the MPI executor relies on it): what a
+//! rank reads from a peer, and the peer progress it waits for, do not
+//! depend on the reader's own `in_place`.
 struct schedule_args {
     collective coll = collective::all_reduce;
     int rank = 0;
@@ -91,6 +121,13 @@ struct schedule_args {
     std::uint64_t elem_bytes = 1;
     bool in_place = false;        //!< this rank's in and out are the same memory (as the API defines in place)
     int node_size = 0;            //!< ranks per node for hierarchical policies (0: one node)
+    //! The "v" collectives: all_gatherv and reduce_scatterv, counts[q] =
+    //! rank q's block (n entries); all_to_allv, counts[q * n + r] = what
+    //! rank q sends rank r (n * n entries). Blocks are packed in rank
+    //! order. Every rank passes the same values. Null otherwise.
+    const std::uint64_t* counts = nullptr;
+    bool commutative = true;      //!< the operator is commutative (automatic may reorder operands)
+    const model::topology* topo = nullptr; //!< what automatic plans against (null: the built-in default)
 };
 
 //! Whether one rank's call is in place as the API defines it: AllGather,

@@ -919,7 +919,8 @@ struct communicator<mpi>::engine {
         case collective::broadcast:
             if (me() != root) std::memcpy(static_cast<void*>(out), static_cast<const void*>(src(root)), m * sizeof(T));
             break;
-        case collective::barrier: break;
+        case collective::barrier:
+        default: break;
         }
         return detail::status::ok;
     }
@@ -954,7 +955,8 @@ struct communicator<mpi>::engine {
         case collective::broadcast:
             if (me() == root) copy(my_in, in + a, p);
             break;
-        case collective::barrier: break;
+        case collective::barrier:
+        default: break;
         }
         if (status st = node_barrier(); st != status::ok) return st;
 
@@ -1008,7 +1010,8 @@ struct communicator<mpi>::engine {
                 case collective::reduce_scatter: st = chain_reduce(seg, m, owners, k, slot_node); break;
                 case collective::all_gather: st = chain_bcast(seg, m, owners, k, slot_node); break;
                 case collective::broadcast: st = chain_bcast(seg, m, owners, k, root_node); break;
-                case collective::barrier: break;
+                case collective::barrier:
+                default: break;
                 }
                 if (st != status::ok) return st;
             }
@@ -1047,7 +1050,8 @@ struct communicator<mpi>::engine {
         case collective::all_gather:
             for (int g = 0; g < n; ++g) gather(std::uint64_t(g) * p, std::uint64_t(g + 1) * p, out + std::uint64_t(g) * count + a);
             break;
-        case collective::barrier: break;
+        case collective::barrier:
+        default: break;
         }
         if (streaming) detail::store_fence();
         return status::ok;
