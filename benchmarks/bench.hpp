@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
 #include <iterator>
 #include <limits>
 #include <memory>
@@ -72,6 +73,26 @@ constexpr bool coll_uses_op(coll_kind c) {
     return c == coll_kind::all_reduce || c == coll_kind::reduce_scatter || c == coll_kind::reduce;
 }
 constexpr bool coll_uses_root(coll_kind c) { return c == coll_kind::broadcast || c == coll_kind::reduce; }
+
+constexpr chorus::collective to_collective(coll_kind c) {
+    switch (c) {
+    case coll_kind::all_reduce: return chorus::collective::all_reduce;
+    case coll_kind::all_gather: return chorus::collective::all_gather;
+    case coll_kind::reduce_scatter: return chorus::collective::reduce_scatter;
+    case coll_kind::broadcast: return chorus::collective::broadcast;
+    case coll_kind::reduce: return chorus::collective::reduce;
+    }
+    return chorus::collective::all_reduce;
+}
+
+//! CHORUS_RANKS_PER_NODE as the threads backend reads it (0: one node).
+inline int emulated_node_size() {
+    const char* v = std::getenv("CHORUS_RANKS_PER_NODE");
+    if (v == nullptr || *v == '\0') return 0;
+    char* end = nullptr;
+    const long k = std::strtol(v, &end, 10);
+    return end != nullptr && *end == '\0' && k > 0 && k <= 65535 ? int(k) : 0;
+}
 //! Broadcast takes one buffer: it is in place by definition.
 constexpr bool coll_has_out_of_place(coll_kind c) { return c != coll_kind::broadcast; }
 //! A row's per-call count is per rank for these (nccl-tests' convention).
@@ -188,6 +209,7 @@ struct sweep_options {
     std::size_t step_factor = 2;
     int iters = 20;
     int warmup = 5;
+    int reps = 1; //!< timed loops per row; the fastest is reported
     bool check = true;
 };
 
@@ -206,7 +228,8 @@ struct options : sweep_options {
     std::vector<type_kind> types{type_kind::float32};
     int ranks = 2;
     int root = 0;
-    std::string algo = "ring";
+    std::string algo = "ring";              //!< the policy of the table being measured
+    std::vector<std::string> algos{"ring"}; //!< --algo: every policy to measure, in order
     int channels = 1;
     std::size_t chunk_bytes = 256 << 10;
     std::vector<coll_kind> colls{std::begin(all_colls), std::end(all_colls)};
@@ -535,6 +558,7 @@ struct place_result {
 
 struct row_result {
     coll_kind coll{};
+    int elem_bytes = 0;
     std::size_t bytes = 0;
     std::size_t count = 0;
     const char* type = "";
@@ -589,7 +613,7 @@ public:
             csv_ = std::fopen(o.csv_path.c_str(), "w");
             if (csv_ == nullptr) throw usage_error{cat("--csv: cannot write ", o.csv_path)};
             std::fprintf(csv_, "collective,place,size_bytes,count,type,redop,root,ranks,algo,channels,chunk_bytes,"
-                               "iters,warmup,time_us,algbw_gbps,busbw_gbps,eff,copy_gbps,wrong\n");
+                               "iters,warmup,time_us,algbw_gbps,busbw_gbps,eff,copy_gbps,wrong,chosen\n");
         }
         if (!o.json_path.empty()) {
             json_ = std::fopen(o.json_path.c_str(), "w");
@@ -612,8 +636,10 @@ public:
         std::printf("# %s\n", opt_.command_line.c_str());
         std::printf("# chorus %s, threads backend: %d ranks as threads on %u hardware threads%s\n",
                     version_string().c_str(), n, hw, hw != 0 && unsigned(n) > hw ? " (oversubscribed)" : "");
-        std::printf("# algo %s<{.channels = %d, .chunk_bytes = %zu}>, iters %d, warmup %d, check %d, root %d\n",
-                    opt_.algo.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? 1 : 0,
+        std::string algos;
+        for (const std::string& a : opt_.algos) algos += (algos.empty() ? "" : ",") + a;
+        std::printf("# algo %s (channels %d, chunk_bytes %zu), iters %d, warmup %d, check %d, root %d\n",
+                    algos.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? 1 : 0,
                     opt_.root);
         std::printf("# buffers: 2 x %s per rank, page aligned, pre-faulted\n", human_bytes(opt_.max_bytes).c_str());
         std::printf("# memcpy (%d threads, %s): %.1f GB/s (read+write); streaming-store copy: %.1f GB/s\n", n,
@@ -630,7 +656,8 @@ public:
                     "#   all_reduce 2nS, all_gather S + nS, reduce_scatter nS + S, broadcast S + (n-1)S, reduce nS + S.\n"
                     "#   It is a bound once the data exceed the caches; for cache-resident sizes the copy and the\n"
                     "#   collective touch different working sets, and eff can exceed 1.\n"
-                    "# time = (latest end - earliest start, over ranks) / %d back-to-back calls, after %d warm-up calls.\n"
+                    "# time = (latest end - earliest start, over ranks) / %d back-to-back calls, after %d warm-up calls;\n"
+                    "#   with --reps R, the fastest of R such loops.\n"
                     "# #wrong: elements differing from a serial reference (tolerance 0), plus writes past the output\n"
                     "#   and changes to an out-of-place input.\n",
                     n, opt_.iters, opt_.warmup);
@@ -643,17 +670,20 @@ public:
                          "  \"chunk_bytes\": %zu,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
                          "  \"root\": %d,\n  \"copy_bytes\": %zu,\n  \"memcpy_gbps\": %.4f,\n  \"streaming_copy_gbps\": %.4f,\n"
                          "  \"rows\": [",
-                         json_escape(opt_.command_line).c_str(), version_string().c_str(), n, hw, opt_.algo.c_str(),
+                         json_escape(opt_.command_line).c_str(), version_string().c_str(), n, hw, algos.c_str(),
                          opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? "true" : "false",
                          opt_.root, copy_bytes, memcpy_gbps, streaming_gbps);
         }
     }
 
+    //! The policy of the rows that follow.
+    void set_algo(const std::string& a) { algo_ = a; }
+
     void table_header(coll_kind c) {
         busbw_sum_ = 0;
         busbw_count_ = 0;
         table_wrong_ = 0;
-        std::printf("#\n# %s\n", coll_name(c));
+        std::printf("#\n# %s, %s\n", coll_name(c), algo_.c_str());
         // Group labels centred over their 44-character column groups (after a 47-character prefix).
         std::string groups(47, ' ');
         groups[0] = '#';
@@ -669,7 +699,7 @@ public:
         std::printf("#%14s %10s %7s %6s %5s", "size", "count", "type", "redop", "root");
         for (int p = 0; p < 2; ++p)
             if (enabled(p)) std::printf(" %10s %8s %8s %6s %7s", "time", "algbw", "busbw", "eff", "#wrong");
-        std::printf(" %8s\n", "cpybw");
+        std::printf(" %8s %18s\n", "cpybw", "automatic picks");
         std::printf("#%14s %10s %7s %6s %5s", "(B)", "(elements)", "", "", "");
         for (int p = 0; p < 2; ++p)
             if (enabled(p)) std::printf(" %10s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
@@ -692,8 +722,9 @@ public:
             table_wrong_ += pr.wrong;
             wrong_total_ += pr.wrong;
             write_files(r, p);
+            records_.push_back({r.coll, p, r.bytes, r.type, r.op, algo_, pr.time_us});
         }
-        std::printf(" %8.2f\n", r.cpybw);
+        std::printf(" %8.2f %18s\n", r.cpybw, chosen(r));
         std::fflush(stdout);
     }
 
@@ -706,25 +737,90 @@ public:
 
     std::uint64_t wrong_total() const { return wrong_total_; }
 
+    //! With `automatic` and at least one fixed policy measured: per size,
+    //! the best fixed policy, automatic's time over it (the bar: within
+    //! 10 %), and ring<>'s time over automatic's. Returns the rows missing
+    //! the 10 % bar.
+    int selection_summary(coll_kind c) {
+        std::vector<std::string> fixed;
+        bool have_auto = false;
+        for (const std::string& a : opt_.algos) {
+            if (a == "automatic") have_auto = true;
+            else if (a != "deterministic") fixed.push_back(a);
+        }
+        if (!have_auto || fixed.empty()) return 0;
+        int missed = 0;
+        std::printf("#\n# %s: automatic against the fixed policies measured in this run (same sizes, same process)\n",
+                    coll_name(c));
+        std::printf("#%14s %5s %6s %19s %10s %10s %9s %9s %6s\n", "size(B)", "place", "redop", "best fixed",
+                    "best(us)", "auto(us)", "auto/best", "ring/auto", "<=1.10");
+        for (const record& a : records_) {
+            if (a.coll != c || a.algo != "automatic") continue;
+            const record* best = nullptr;
+            const record* ring = nullptr;
+            for (const record& f : records_) {
+                if (f.coll != c || f.place != a.place || f.bytes != a.bytes || f.type != a.type || f.op != a.op)
+                    continue;
+                if (std::find(fixed.begin(), fixed.end(), f.algo) == fixed.end()) continue;
+                if (best == nullptr || f.time_us < best->time_us) best = &f;
+                if (f.algo == "ring") ring = &f;
+            }
+            if (best == nullptr) continue;
+            const double ratio = a.time_us / best->time_us;
+            const bool ok = ratio <= 1.10;
+            missed += ok ? 0 : 1;
+            char ring_ratio[32] = "-";
+            if (ring != nullptr) std::snprintf(ring_ratio, sizeof ring_ratio, "%.2f", ring->time_us / a.time_us);
+            std::printf(" %14zu %5s %6s %19s %10.2f %10.2f %9.3f %9s %6s\n", a.bytes, a.place == 0 ? "out" : "in",
+                        a.op.c_str(), best->algo.c_str(), best->time_us, a.time_us, ratio, ring_ratio,
+                        ok ? "yes" : "NO");
+        }
+        std::printf("# automatic within 10 %% of the best fixed policy: %s\n",
+                    missed == 0 ? "every row" : (std::to_string(missed) + " rows missed").c_str());
+        std::fflush(stdout);
+        return missed;
+    }
+
 private:
+    struct record {
+        coll_kind coll;
+        int place;
+        std::size_t bytes;
+        std::string type, op, algo;
+        double time_us;
+    };
+
+    //! What `automatic` runs for this row's call (the same choice the
+    //! library makes on this backend).
+    const char* chosen(const row_result& r) const {
+        chorus::schedule_args a{};
+        a.coll = to_collective(r.coll);
+        a.nranks = opt_.ranks;
+        a.root = r.root < 0 ? 0 : r.root;
+        a.count = r.count;
+        a.elem_bytes = std::uint64_t(r.elem_bytes);
+        a.node_size = emulated_node_size();
+        return chorus::model::algorithm_name(chorus::automatic::choose(a));
+    }
+
     bool enabled(int p) const { return p == 0 ? opt_.out_of_place : opt_.in_place; }
 
     void write_files(const row_result& r, int p) {
         const place_result& pr = r.place[p];
         const char* place = p == 0 ? "out" : "in";
         if (csv_ != nullptr) {
-            std::fprintf(csv_, "%s,%s,%zu,%zu,%s,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%" PRIu64 "\n",
+            std::fprintf(csv_, "%s,%s,%zu,%zu,%s,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%" PRIu64 ",%s\n",
                          coll_name(r.coll), place, r.bytes, r.count, r.type, r.op, r.root, opt_.ranks,
-                         opt_.algo.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, pr.time_us,
-                         pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong);
+                         algo_.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, pr.time_us,
+                         pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong, chosen(r));
             std::fflush(csv_);
         }
         if (json_ != nullptr) {
             std::fprintf(json_,
-                         "%s\n    {\"collective\": \"%s\", \"place\": \"%s\", \"size_bytes\": %zu, \"count\": %zu, "
+                         "%s\n    {\"collective\": \"%s\", \"algo\": \"%s\", \"place\": \"%s\", \"size_bytes\": %zu, \"count\": %zu, "
                          "\"type\": \"%s\", \"redop\": \"%s\", \"root\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.6f, "
                          "\"busbw_gbps\": %.6f, \"eff\": %.6f, \"copy_gbps\": %.4f, \"wrong\": %" PRIu64 "}",
-                         json_rows_ ? "," : "", coll_name(r.coll), place, r.bytes, r.count, r.type, r.op, r.root,
+                         json_rows_ ? "," : "", coll_name(r.coll), algo_.c_str(), place, r.bytes, r.count, r.type, r.op, r.root,
                          pr.time_us, pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong);
             ++json_rows_;
             std::fflush(json_);
@@ -732,6 +828,8 @@ private:
     }
 
     const options& opt_;
+    std::string algo_ = "ring";
+    std::vector<record> records_;
     std::FILE* csv_ = nullptr;
     std::FILE* json_ = nullptr;
     std::size_t json_rows_ = 0;
@@ -903,6 +1001,7 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
         row.bytes = bytes;
         row.count = count;
         row.type = name_of<T>();
+        row.elem_bytes = int(sizeof(T));
         row.op = coll_uses_op(c) ? op_name(op) : "none";
         row.root = root;
 
@@ -918,10 +1017,18 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
             if (inplace) fill_value(o.region, o.region_count, pat.stable);
             else fill_from(o.in_ptr, o.in_count, pat.row(rank), 0);
             for (int i = 0; i < opt.warmup; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
-            chorus::barrier(comm);
-            st.rank_times.start[std::size_t(rank)] = clock_type::now();
-            for (int i = 0; i < opt.iters; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
-            st.rank_times.end[std::size_t(rank)] = clock_type::now();
+            double best_s = 0;
+            for (int rep = 0; rep < opt.reps; ++rep) { // --reps: the best of several timed loops
+                chorus::barrier(comm);
+                st.rank_times.start[std::size_t(rank)] = clock_type::now();
+                for (int i = 0; i < opt.iters; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
+                st.rank_times.end[std::size_t(rank)] = clock_type::now();
+                chorus::barrier(comm); // every rank's times are in
+                if (rank == 0) {
+                    const double sec = st.rank_times.seconds();
+                    if (rep == 0 || sec < best_s) best_s = sec;
+                }
+            }
 
             // Check: one more call on fresh verifiable data.
             std::uint64_t wrong = 0;
@@ -937,7 +1044,7 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
             if (rank == 0) {
                 place_result& pr = row.place[place];
                 pr.valid = true;
-                pr.time_us = st.rank_times.seconds() * 1e6 / opt.iters;
+                pr.time_us = best_s * 1e6 / opt.iters;
                 for (std::uint64_t w : st.rank_wrong) pr.wrong += w;
                 const double secs = pr.time_us * 1e-6;
                 pr.algbw = double(bytes) / secs / 1e9;
@@ -969,6 +1076,12 @@ void run_sweep(bench_state& st, coll_kind c) {
         }
     });
 }
+
+//! bench_policies.cpp: every other policy, by name (float only). False
+//! when the name is not one.
+bool run_named_policy(bench_state& st, coll_kind c, type_kind t, const std::string& name);
+//! The names run_named_policy knows, comma-separated.
+const char* policy_names();
 
 //! bench_ring.cpp: the default ring<>, every type, every operator.
 void run_ring_default(bench_state& st, coll_kind c, type_kind t);

@@ -4,12 +4,15 @@
 // well within their deadline instead of hanging, and the job must exit
 // non-zero. Each survivor prints what it caught, then aborts the job
 // (MPI_Finalize would wait for the dead rank).
+// Argument "direct": the AllReduce runs direct<> on the schedule executor;
+// otherwise ("engine") hierarchical<> on the engine.
 
 #include <chorus/mpi.hpp>
 
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -21,15 +24,20 @@ int main(int argc, char** argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &n);
     chorus::communicator<chorus::mpi> comm(MPI_COMM_WORLD);
     comm.set_timeout(std::chrono::seconds(20));
+    const bool direct = argc > 1 && std::strcmp(argv[1], "direct") == 0;
     std::vector<float> v(1 << 20, 1.0f);
-    chorus::all_reduce<chorus::hierarchical<>>(comm, std::span<float>(v)); // everyone is up
+    auto all_reduce = [&] {
+        if (direct) chorus::all_reduce<chorus::direct<>>(comm, std::span<float>(v));
+        else chorus::all_reduce<chorus::hierarchical<>>(comm, std::span<float>(v));
+    };
+    all_reduce(); // everyone is up
     if (rank == n - 1) {
         std::this_thread::sleep_for(std::chrono::milliseconds(200)); // the others are waiting by now
         std::raise(SIGKILL);
     }
     const auto t0 = std::chrono::steady_clock::now();
     try {
-        chorus::all_reduce<chorus::hierarchical<>>(comm, std::span<float>(v));
+        all_reduce();
         std::printf("chorus_mpi_death: rank %d: no error although rank %d died\n", rank, n - 1);
     } catch (const chorus::error& e) {
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -378,6 +378,31 @@ TEST_CASE("hierarchical schedules: every interleaving sampled is race-free, dead
     MESSAGE("simulated runs: " << runs);
 }
 
+TEST_CASE("tree schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    std::mt19937 rng(4242);
+    const int runs = simulate_policies<tree<{1, 16}>, tree<{1, 4096}>, tree<{2, 16}>>(rng);
+    MESSAGE(runs << " tree runs");
+}
+
+TEST_CASE("recursive doubling schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    std::mt19937 rng(4343);
+    const int runs =
+        simulate_policies<recursive_doubling<{1, 16}>, recursive_doubling<{1, 4096}>, recursive_doubling<{2, 16}>>(rng);
+    MESSAGE(runs << " recursive doubling runs");
+}
+
+TEST_CASE("rabenseifner schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    std::mt19937 rng(4444);
+    const int runs = simulate_policies<rabenseifner<{1, 16}>, rabenseifner<{1, 4096}>, rabenseifner<{2, 16}>>(rng);
+    MESSAGE(runs << " rabenseifner runs");
+}
+
+TEST_CASE("two-shot schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    std::mt19937 rng(4545);
+    const int runs = simulate_policies<two_shot<{1, 16}>, two_shot<{1, 4096}>, two_shot<{3, 16}>>(rng);
+    MESSAGE(runs << " two-shot runs");
+}
+
 TEST_CASE("hierarchical schedules: one type, the same unit count on every rank, flat fallback") {
     using H = hierarchical<ring<{2, 64}>, direct<{1, 16}>>;
     static_assert(std::is_trivially_copyable_v<H::schedule>);

@@ -37,19 +37,29 @@ struct descriptor {
     std::uint64_t type_id = 0; //!< hash of the element type's name
     std::uint64_t op_id = 0;   //!< hash of the operator type's name
     std::uint64_t algo_id = 0; //!< hash of the algorithm policy type (with its tuning)
+    std::uint64_t counts_id = 0; //!< the "v" collectives: hash of the counts array (counts_hash); 0 otherwise
     const char* type_name = "";
     const char* op_name = "";
     const char* algo_name = "";
 
     bool same_call(const descriptor& o) const {
         return seq == o.seq && coll == o.coll && count == o.count && elem_bytes == o.elem_bytes && root == o.root &&
-               channels == o.channels && type_id == o.type_id && op_id == o.op_id && algo_id == o.algo_id;
+               channels == o.channels && type_id == o.type_id && op_id == o.op_id && algo_id == o.algo_id &&
+               counts_id == o.counts_id;
     }
     //! "all_reduce count 100 of float (4-byte elements), operator sum, root 0, algorithm ring<...>"
     std::string call() const {
         return std::string(collective_name(coll)) + " count " + std::to_string(count) + " of " + type_name + " (" +
                std::to_string(elem_bytes) + "-byte elements), operator " + op_name + ", root " +
-               std::to_string(root) + ", algorithm " + algo_name;
+               std::to_string(root) + ", algorithm " + algo_name + counts_text();
+    }
+    //! ", counts #<hash>" for the "v" collectives, empty otherwise.
+    std::string counts_text() const {
+        if (counts_id == 0) return {};
+        static constexpr char hex[] = "0123456789abcdef";
+        std::string h = ", counts #";
+        for (int i = 60; i >= 0; i -= 4) h += hex[(counts_id >> i) & 0xf];
+        return h;
     }
 };
 
@@ -84,6 +94,18 @@ constexpr std::uint64_t type_hash() {
     std::uint64_t h = 1469598103934665603ull;
     for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
     return h;
+}
+
+//! A fingerprint of a "v" collective's counts array (FNV-1a over the
+//! entries and their number), never 0; 0 stands for "no counts".
+inline std::uint64_t counts_hash(const std::uint64_t* counts, std::size_t entries) {
+    std::uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](std::uint64_t v) {
+        for (int i = 0; i < 8; ++i) h = (h ^ ((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+    };
+    mix(entries);
+    for (std::size_t i = 0; i < entries; ++i) mix(counts[i]);
+    return h == 0 ? 1 : h;
 }
 
 inline std::chrono::milliseconds default_timeout() {

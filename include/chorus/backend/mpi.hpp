@@ -4,7 +4,24 @@
 //! launches, places and connects them; chorus moves the data with its own
 //! algorithms, operators, partitioning and async API.
 //!
-//! Every collective runs as one engine over a *node split* of the ranks:
+//! Which policy runs where:
+//!  * ring<P> and hierarchical<Intra, ring<P>> (any Intra) run on the
+//!    *engine* below (shared-memory windows plus MPI point-to-point), and
+//!    so does automatic when it picks ring (ring<>) or hierarchical
+//!    (hierarchical<>).
+//!  * Every other policy with a make_schedule (direct<>, tree<>,
+//!    recursive_doubling<>, rabenseifner<>, two_shot<>, deterministic<>,
+//!    hierarchical<Intra, Inter> with Inter not a ring, automatic's other
+//!    picks), and the exchange collectives (all_to_all, all_gatherv,
+//!    reduce_scatterv, all_to_allv: algo/exchange.hpp's schedule, whatever
+//!    the policy) run their schedule on the *schedule executor* over MPI
+//!    point-to-point (backend/mpi_schedule.hpp). Hierarchical schedules
+//!    get schedule_args::node_size = ranks per node when every node has
+//!    the same size and holds consecutive ranks, else 0 (flat).
+//!  * send/recv (p2p) are MPI point-to-point on a communicator of their own.
+//!  * barrier is MPI_Ibarrier, polled.
+//!
+//! The engine runs a collective over a *node split* of the ranks:
 //!  1. each rank copies its share of the input into its window (shared
 //!     memory with the other ranks of its node);
 //!  2. intra-node: each rank reduces (or gathers) its block of the node's
@@ -16,9 +33,29 @@
 //!     has it (AllGather, Broadcast);
 //!  4. each rank copies what it needs out of its node peers' windows.
 //! Large buffers go through the windows in pieces. hierarchical<Intra,
-//! Inter> uses the real node split (or the emulated one of
+//! ring<>> uses the real node split (or the emulated one of
 //! CHORUS_RANKS_PER_NODE); ring<> treats every rank as its own node, so
 //! everything moves as a ring over MPI point-to-point.
+//!
+//! The schedule executor's protocol (details in mpi_schedule.hpp): every
+//! rank computes every rank's schedule, out of place (what a rank reads
+//! from others does not depend on its own in_place). A step of rank r
+//! that reads a slice of peer q becomes a message from q to r, which q
+//! sends (MPI_Isend straight from its buffer) right after it posts the
+//! largest progress r has waited for on q on that channel so far (0:
+//! before its first unit), and which r receives (MPI_Irecv, posted for
+//! every message at the start) into private staging and uses in place of
+//! q's buffer, in the step's reduction order. Pending sends are tracked:
+//! a step that overwrites bytes a send still reads first completes that
+//! send, and every send completes before the call returns. Messages
+//! travel on a duplicate communicator of their own, tagged by their index
+//! in the (sender, receiver) pair's sequence for the collective. Steps
+//! that write a peer's buffer (pushes; only ring<>'s AllReduce has them)
+//! are refused with errc::internal on every rank before anything moves
+//! (so hierarchical<ring<>, Inter> with Inter not a ring fails for
+//! AllReduce). Every wait is bounded by the call's deadline, the abort
+//! flags and a check that the awaited process is alive: a dead peer gives
+//! errc::peer_failed, a deadline errc::timeout naming the rank.
 //!
 //! Include <chorus/mpi.hpp> and link MPI (CMake: MPI::MPI_CXX).
 
@@ -44,8 +81,10 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <unistd.h>
@@ -54,6 +93,7 @@
 #  include <sys/uio.h>
 #endif
 
+#include "../algo/exchange.hpp"
 #include "../algo/hierarchical.hpp"
 #include "../algo/ring.hpp"
 #include "../async/future.hpp"
@@ -66,6 +106,7 @@
 #include "../plan/partition.hpp"
 #include "host_common.hpp"
 #include "host_wait.hpp"
+#include "mpi_schedule.hpp"
 #include "shm.hpp"
 
 namespace chorus {
@@ -79,15 +120,6 @@ template <class Backend>
 class communicator;
 
 namespace detail {
-
-//! Throws chorus::error for a failed MPI call.
-inline void mpi_check(int rc, const char* what) {
-    if (rc == MPI_SUCCESS) return;
-    char msg[MPI_MAX_ERROR_STRING] = {};
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw error(errc::internal, std::string("chorus: ") + what + " failed: " + msg);
-}
 
 //! Which ranks share a node. Nodes are numbered by their smallest rank;
 //! within a node ranks keep their communicator order (local rank).
@@ -160,7 +192,7 @@ inline std::vector<std::vector<int>> emulated_nodes(const std::string& spec, int
 
 //! The fixed-size call description ranks exchange in checked mode.
 struct mpi_signature {
-    std::uint64_t seq, count, elem_bytes, type_id, op_id, algo_id;
+    std::uint64_t seq, count, elem_bytes, type_id, op_id, algo_id, counts_id;
     std::int32_t coll, root, channels, pad;
     char type_name[48], op_name[48], algo_name[96];
 
@@ -176,6 +208,7 @@ struct mpi_signature {
         s.type_id = d.type_id;
         s.op_id = d.op_id;
         s.algo_id = d.algo_id;
+        s.counts_id = d.counts_id;
         s.coll = static_cast<std::int32_t>(d.coll);
         s.root = d.root;
         s.channels = d.channels;
@@ -192,6 +225,7 @@ struct mpi_signature {
         d.type_id = type_id;
         d.op_id = op_id;
         d.algo_id = algo_id;
+        d.counts_id = counts_id;
         d.coll = static_cast<collective>(coll);
         d.root = root;
         d.channels = channels;
@@ -366,6 +400,33 @@ inline std::size_t default_window_bytes() {
     return (w + 4095) / 4096 * 4096;
 }
 
+//! What a send announces (count, element size and type) and what the
+//! receiver replies (ok: it took the data; else what it expected).
+struct p2p_header {
+    std::uint64_t count, elem_bytes, type_id, ok;
+    char type_name[40];
+};
+
+template <class A>
+inline constexpr bool is_ring_policy = false;
+template <ring_params P>
+inline constexpr bool is_ring_policy<ring<P>> = true;
+
+//! The policies communicator<mpi>'s engine runs: ring<> and
+//! hierarchical<Intra, ring<>>. The rest run as schedules.
+template <class Algo>
+constexpr bool engine_policy() {
+    if constexpr (hierarchical_policy<Algo>) return is_ring_policy<typename Algo::inter>;
+    else return is_ring_policy<Algo>;
+}
+
+//! A policy that picks the algorithm per call (automatic): choose(args).
+template <class Algo>
+concept automatic_policy = requires(const schedule_args& a) {
+    requires bool(Algo::is_automatic);
+    Algo::choose(a);
+};
+
 } // namespace detail
 
 //! A rank's handle on an MPI communicator. Construction and split() are
@@ -459,10 +520,40 @@ public:
         MPI_Comm_free(&node_comm);
         window_bytes_ = static_cast<std::size_t>(w);
         // Spinning only steals the core from the rank being waited for when
-        // the machine runs more of our processes than it has cores.
+        // the machine runs more of our processes than it has cores. Sleeping
+        // is no better there: a rank that waited long (it ran ahead into the
+        // next collective) then sleeps in slices of up to 1 ms, and every
+        // hand-off it is part of pays that (9 ranks on 2 cores: the ring
+        // paths ran 7x slower). Yielding hands the core to a runnable peer
+        // and notices the data at once, so wait that way for much longer.
         const unsigned hw = std::thread::hardware_concurrency();
         const auto here = std::count(real_node_.begin(), real_node_.end(), real_node_[static_cast<std::size_t>(rank_)]);
-        if (hw != 0 && static_cast<unsigned>(here) > hw) backoff_.spin = std::chrono::microseconds(2);
+        if (hw != 0 && static_cast<unsigned>(here) > hw) {
+            backoff_.spin = std::chrono::microseconds(2);
+            backoff_.yield = std::chrono::milliseconds(20);
+        }
+
+        // The schedule executor's node split: nodes of L consecutive ranks
+        // each, else none (a hierarchical schedule then runs flat).
+        const int L = node_topo_.size(0);
+        bool regular = true;
+        for (int k = 0; k < node_topo_.count() && regular; ++k)
+            for (int l = 0; l < node_topo_.size(k) && regular; ++l)
+                regular = node_topo_.size(k) == L &&
+                          node_topo_.nodes[static_cast<std::size_t>(k)][static_cast<std::size_t>(l)] == k * L + l;
+        sched_node_size_ = regular ? L : 0;
+        // Communicators of their own for the schedule executor's messages
+        // and for send/recv, so neither can match the other's or the engine's.
+        mpi_check(MPI_Comm_dup(comm_, &sched_comm_), "MPI_Comm_dup");
+        MPI_Comm_set_errhandler(sched_comm_, MPI_ERRORS_RETURN);
+        mpi_check(MPI_Comm_dup(comm_, &p2p_comm_), "MPI_Comm_dup");
+        MPI_Comm_set_errhandler(p2p_comm_, MPI_ERRORS_RETURN);
+        void* ub = nullptr;
+        int has_ub = 0;
+        mpi_check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
+        if (has_ub && ub != nullptr) tag_ub_ = *static_cast<int*>(ub);
+        sent_.assign(static_cast<std::size_t>(size_), 0);
+        received_.assign(static_cast<std::size_t>(size_), 0);
     }
     communicator(const communicator&) = delete;
     communicator& operator=(const communicator&) = delete;
@@ -470,7 +561,9 @@ public:
         stream_.drain();
         int finalized = 0;
         MPI_Finalized(&finalized);
-        if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+        if (finalized) return;
+        for (MPI_Comm* c : {&p2p_comm_, &sched_comm_, &comm_})
+            if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
 
     int rank() const noexcept { return rank_; }
@@ -512,8 +605,11 @@ public:
     void synchronize() { stream_.drain(); }
 
     //! \internal Runs (or queues) one collective. Buffers were validated by the caller.
+    //! `counts`: the "v" collectives' counts (schedule_args::counts; copied
+    //! for an async call, so the caller may free them at once).
     template <class T, class Op, class Algo>
-    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async) {
+    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async,
+                  std::span<const std::uint64_t> counts = {}) {
         if (broken())
             throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
                                            ": the communicator is broken (" + reason() + "); create a new one");
@@ -524,12 +620,53 @@ public:
                             "chorus's worker thread (use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
         const std::uint64_t seq = next_seq_++;
         const call_settings cs = issue();
-        auto task = [this, coll, in, out, count, op, root, seq, cs] {
-            run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs);
-        };
-        if (async)
+        if (async) {
+            auto owned = std::make_shared<const std::vector<std::uint64_t>>(counts.begin(), counts.end());
+            auto task = [this, coll, in, out, count, op, root, seq, cs, owned] {
+                run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs, std::span<const std::uint64_t>(*owned));
+            };
             return stream_.enqueue(std::function<void()>(task), [this, coll] {
                 fail_reason("rank " + std::to_string(rank_) + " left an unfinished " + collective_name(coll) +
+                                " behind while an exception unwound",
+                            errc::peer_failed);
+            });
+        }
+        // Sync: the caller's counts outlive the call.
+        stream_.run_sync([this, coll, in, out, count, &op, root, seq, cs, counts] {
+            run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs, counts);
+        });
+        return future();
+    }
+
+    //! \internal Runs (or queues) one send (is_send) or receive of `count`
+    //! elements to or from `peer` (see transfer()). Messages between two
+    //! ranks are matched in issue order, independently of the collectives.
+    //! A send returns once the receiver has the data. Sizes or element
+    //! types that differ fail both calls with errc::mismatch naming both
+    //! (the data is consumed; the communicator stays usable); a wait past
+    //! the deadline or for a dead peer breaks the communicator.
+    template <class T>
+    future p2p(bool is_send, T* buf, std::uint64_t count, int peer, bool async) {
+        const char* fn = is_send ? "send" : "recv";
+        if (broken())
+            throw error(errc::aborted, std::string("chorus::") + fn + ": the communicator is broken (" + reason() +
+                                           "); create a new one");
+        if (peer < 0 || peer >= size_ || peer == rank_)
+            throw error(errc::invalid_argument, std::string("chorus::") + fn + ": `peer` is " + std::to_string(peer) +
+                                                    " but must be another rank of 0.." + std::to_string(size_ - 1));
+        if (async && thread_level_ < MPI_THREAD_MULTIPLE)
+            throw error(errc::invalid_argument,
+                        std::string("chorus::") + fn +
+                            "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but async calls run on "
+                            "chorus's worker thread (use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
+        std::uint64_t& counter = (is_send ? sent_ : received_)[static_cast<std::size_t>(peer)];
+        const std::uint64_t msg = ++counter;
+        const call_settings cs = issue();
+        auto task = [this, is_send, buf, count, peer, msg, cs] { transfer<T>(is_send, buf, count, peer, msg, cs); };
+        if (async)
+            return stream_.enqueue(std::function<void()>(task), [this, fn, peer] {
+                fail_reason("rank " + std::to_string(rank_) + " left an unfinished " + fn +
+                                (fn[0] == 's' ? " to" : " from") + " rank " + std::to_string(peer) +
                                 " behind while an exception unwound",
                             errc::peer_failed);
             });
@@ -563,7 +700,19 @@ private:
 
     template <class T, class Op, class Algo>
     void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq,
-             call_settings cs);
+             call_settings cs, std::span<const std::uint64_t> counts);
+    template <class T, class Op, class Algo>
+    void run_engine(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
+                    std::chrono::steady_clock::time_point deadline, call_settings cs);
+    template <class T, class Op, class Algo, class Make>
+    void run_schedule(collective coll, const T* in, T* out, const Op& op, const schedule_args& args, Make&& make,
+                      std::chrono::steady_clock::time_point deadline, call_settings cs);
+    template <class T>
+    void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
+    [[noreturn]] void fail_call(const std::string& head, errc code, const std::string& msg) {
+        fail_reason("rank " + std::to_string(rank_) + ": " + head + ": " + msg, code);
+        throw error(code, "chorus::" + head + ": " + msg);
+    }
     void check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline);
 
     MPI_Comm comm_ = MPI_COMM_NULL;
@@ -581,6 +730,18 @@ private:
     std::string reason_;
     errc code_ = errc::aborted;
     std::vector<std::byte> tmp_; //!< receive buffer of the inter-node phase
+    // The schedule executor (mpi_schedule.hpp).
+    MPI_Comm sched_comm_ = MPI_COMM_NULL; //!< its messages
+    int tag_ub_ = 32767;                  //!< MPI_TAG_UB (at least 32767 by the standard)
+    int sched_node_size_ = 0;             //!< schedule_args::node_size (0: no regular node split)
+    detail::sched_plan plan_;
+    detail::scratch_buffer sched_scratch_; //!< the schedules' scratch
+    detail::scratch_buffer staging_;       //!< received data (kept while a failed call may still write it)
+    // send/recv
+    MPI_Comm p2p_comm_ = MPI_COMM_NULL;
+    detail::p2p_header p2p_mine_{}, p2p_theirs_{}; //!< this call's header and the peer's
+    detail::scratch_buffer p2p_sink_;              //!< where a mismatched message's data goes
+    std::vector<std::uint64_t> sent_, received_; //!< send/recv calls issued, per peer
     detail::host_stream stream_;
 };
 
@@ -1060,18 +1221,20 @@ struct communicator<mpi>::engine {
 
 template <class T, class Op, class Algo>
 void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                            std::uint64_t seq, call_settings cs) {
+                            std::uint64_t seq, call_settings cs, std::span<const std::uint64_t> counts) {
     const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
     const char* head_name = collective_name(coll);
-    auto fail = [&](errc code, const std::string& msg) {
-        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + msg, code);
-        throw error(code, std::string("chorus::") + head_name + ": " + msg);
-    };
-    if (broken()) fail(errc::aborted, "the communicator is broken (" + reason() + ")");
+    if (broken()) fail_call(head_name, errc::aborted, "the communicator is broken (" + reason() + ")");
 
+    // What ranks compare: the "v" collectives' count is the sum of all
+    // counts, with the counts' hash (as the threads backend does).
+    const bool v = is_exchange(coll) && coll != collective::all_to_all;
+    std::uint64_t total = 0;
+    for (const std::uint64_t c : counts) total += c;
     if (cs.checked) {
         detail::descriptor mine{};
-        detail::describe_call<T, Op, Algo>(mine, coll, seq, count, root, 0);
+        detail::describe_call<T, Op, Algo>(mine, coll, seq, v ? total : count, root, 0);
+        mine.counts_id = v ? detail::counts_hash(counts.data(), counts.size()) : 0;
         check_all(mine, deadline);
     }
     if (coll == collective::barrier) {
@@ -1081,20 +1244,59 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
         const detail::status st = e.wait(&r, 1, -1, false);
         if (st == detail::status::ok) return;
         if (st == detail::status::peer_exited)
-            fail(errc::peer_failed, "rank " + std::to_string(e.bad_peer) + " (process " +
-                                        std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) + ") died");
-        if (broken()) fail(errc::aborted, "the communicator was aborted (" + reason() + ")");
-        fail(errc::timeout, "timed out after " + std::to_string(cs.timeout.count()) + " ms; some rank never entered it");
+            fail_call(head_name, errc::peer_failed,
+                      "rank " + std::to_string(e.bad_peer) + " (process " +
+                          std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) + ") died");
+        if (broken()) fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
+        fail_call(head_name, errc::timeout,
+                  "timed out after " + std::to_string(cs.timeout.count()) + " ms; some rank never entered it");
+    }
+
+    schedule_args args{coll, rank_, size_, root, count, sizeof(T), false, sched_node_size_};
+    args.commutative = op_traits<Op>::commutative;
+    if (is_exchange(coll)) { // every policy: the exchange schedule, tuned by Algo
+        constexpr int channels = Algo::params.channels;
+        constexpr std::uint64_t chunk_bytes = Algo::params.chunk_bytes;
+        args.counts = counts.empty() ? nullptr : counts.data();
+        args.in_place = exchange_in_place<T>(coll, in, out, rank_, args.counts);
+        run_schedule<T, Op, Algo>(
+            coll, in, out, op, args,
+            [](const schedule_args& a) { return make_exchange_schedule(a, channels, chunk_bytes); }, deadline, cs);
+        return;
     }
     if (count == 0) return;
+    args.in_place = in_place_call<T>(coll, in, out, rank_, count);
+    if constexpr (detail::automatic_policy<Algo>) {
+        // The model's pick: ring and hierarchical (hierarchical<>, ring
+        // between nodes, whose schedule's ring phases push) run on the
+        // engine, the rest as schedules.
+        using algorithm = std::remove_cv_t<decltype(Algo::choose(args))>;
+        const algorithm which = Algo::choose(args);
+        if (which == algorithm::ring) {
+            run_engine<T, Op, ring<>>(coll, in, out, count, op, root, deadline, cs);
+        } else if (which == algorithm::hierarchical) {
+            run_engine<T, Op, hierarchical<>>(coll, in, out, count, op, root, deadline, cs);
+        } else {
+            run_schedule<T, Op, Algo>(
+                coll, in, out, op, args, [](const schedule_args& a) { return Algo::make_schedule(a); }, deadline, cs);
+        }
+    } else if constexpr (detail::engine_policy<Algo>()) {
+        run_engine<T, Op, Algo>(coll, in, out, count, op, root, deadline, cs);
+    } else {
+        static_assert(requires(const schedule_args& a) { Algo::make_schedule(a); },
+                      "chorus: communicator<mpi> runs ring<>, hierarchical<> and policies that plan a schedule "
+                      "(static make_schedule(const schedule_args&))");
+        run_schedule<T, Op, Algo>(
+            coll, in, out, op, args, [](const schedule_args& a) { return Algo::make_schedule(a); }, deadline, cs);
+    }
+}
 
+//! ring<P> and hierarchical<Intra, ring<P>>: the engine (see the file comment).
+template <class T, class Op, class Algo>
+void communicator<mpi>::run_engine(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
+                                   std::chrono::steady_clock::time_point deadline, call_settings cs) {
+    const char* head_name = collective_name(coll);
     constexpr bool hier = detail::hierarchical_policy<Algo>;
-    constexpr bool ring_tuned = [] {
-        if constexpr (hier) return std::is_same_v<std::remove_cv_t<decltype(Algo::inter::params)>, ring_params>;
-        else return std::is_same_v<std::remove_cv_t<decltype(Algo::params)>, ring_params>;
-    }();
-    static_assert(ring_tuned, "chorus: communicator<mpi> runs ring<> and hierarchical<Intra, ring<>>; direct<> runs on "
-                              "the threads and gpu backends");
     constexpr ring_params P = [] {
         if constexpr (hier) return Algo::inter::params;
         else return Algo::params;
@@ -1115,17 +1317,192 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
     if (st == detail::status::ok) return;
     const std::string peer = e.bad_peer >= 0 ? "rank " + std::to_string(e.bad_peer) : std::string("a peer");
     if (st == detail::status::timeout)
-        fail(errc::timeout, "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for " + peer +
-                                " in " + e.doing);
+        fail_call(head_name, errc::timeout,
+                  "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for " + peer + " in " +
+                      e.doing);
     if (st == detail::status::mismatch)
-        fail(errc::internal, "could not read rank " + std::to_string(e.bad_peer) + "'s buffers in " + e.doing +
-                                 " (set CHORUS_CMA=0 to go through shared memory instead)");
+        fail_call(head_name, errc::internal,
+                  "could not read rank " + std::to_string(e.bad_peer) + "'s buffers in " + e.doing +
+                      " (set CHORUS_CMA=0 to go through shared memory instead)");
     if (st == detail::status::peer_exited && e.bad_peer >= 0)
-        fail(errc::peer_failed, peer + " (process " + std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) +
-                                    ") died during the collective");
+        fail_call(head_name, errc::peer_failed,
+                  peer + " (process " + std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) +
+                      ") died during the collective");
     const std::string why = reason();
     throw error(errc::aborted, std::string("chorus::") + head_name + ": communicator aborted" +
                                    (why.empty() ? std::string() : ": " + why));
+}
+
+//! Every other policy: its schedule on the schedule executor
+//! (mpi_schedule.hpp). `make(args)` plans one rank's schedule.
+template <class T, class Op, class Algo, class Make>
+void communicator<mpi>::run_schedule(collective coll, const T* in, T* out, const Op& op, const schedule_args& args,
+                                     Make&& make, std::chrono::steady_clock::time_point deadline, call_settings cs) {
+    const char* head_name = collective_name(coll);
+    const auto sch = make(args);
+    // Every rank's schedule (this one's too) as planned out of place: what
+    // a rank reads from others does not depend on its own in_place.
+    auto schedule_of = [&](int q) {
+        schedule_args a = args;
+        a.rank = q;
+        a.in_place = false;
+        return make(a);
+    };
+    if (!plan_.build(schedule_of, rank_, size_, sizeof(T))) {
+        // Every rank walks every rank's schedule, so every rank refuses the
+        // call here, before anything moved: the communicator stays usable.
+        const auto& p = plan_.push;
+        throw error(errc::internal,
+                    std::string("chorus::") + head_name + ": algorithm " + detail::algo_name<Algo>() + ": rank " +
+                        std::to_string(p.rank) + "'s unit " + std::to_string(p.unit) + " of channel " +
+                        std::to_string(p.channel) + " writes rank " + std::to_string(p.target) +
+                        "'s buffer (a push), which communicator<mpi>'s schedule executor does not run "
+                        "(ring<> and hierarchical<Intra, ring<>> run on its engine)");
+    }
+    if (plan_.tags > std::uint64_t(tag_ub_) + 1)
+        fail_call(head_name, errc::invalid_argument,
+                  "this call needs " + std::to_string(plan_.tags) +
+                      " messages between two ranks, more than MPI_TAG_UB + 1 = " + std::to_string(tag_ub_) +
+                      " + 1; use a larger chunk_bytes");
+    T* scratch = sch.scratch_elems() != 0
+                     ? static_cast<T*>(sched_scratch_.reserve(static_cast<std::size_t>(sch.scratch_elems() * sizeof(T))))
+                     : nullptr;
+    auto* staging = plan_.staging_bytes != 0
+                        ? static_cast<std::byte*>(staging_.reserve(static_cast<std::size_t>(plan_.staging_bytes)))
+                        : nullptr;
+    engine<T, Op> e{*this, flat_topo_, node_area_, op, deadline, 1};
+    detail::status st = detail::status::ok;
+    int bad = -1;
+    std::string doing;
+    try {
+        // The executor cancels and frees whatever is still in flight when it
+        // goes (a failed call); `staging_` outlives it for what cannot be.
+        detail::sched_executor<T, Op, engine<T, Op>> x(plan_, e, sched_comm_, op, rank_, size_, in, out, scratch,
+                                                       staging);
+        st = x.run(sch);
+        bad = x.bad_peer;
+        doing = x.doing;
+    } catch (const error& err) {
+        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + err.what(), err.code());
+        throw;
+    }
+    if (st == detail::status::ok) return;
+    if (bad < 0) bad = e.bad_peer;
+    if (st == detail::status::timeout)
+        fail_call(head_name, errc::timeout,
+                  "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for rank " +
+                      std::to_string(bad) + " (" + doing + ", algorithm " + detail::algo_name<Algo>() + ")");
+    if (st == detail::status::peer_exited && bad >= 0)
+        fail_call(head_name, errc::peer_failed,
+                  "rank " + std::to_string(bad) + " (process " + std::to_string(pids_[static_cast<std::size_t>(bad)]) +
+                      ") died during the collective (" + doing + ")");
+    const std::string why = reason();
+    throw error(errc::aborted, std::string("chorus::") + head_name + ": communicator aborted" +
+                                   (why.empty() ? std::string() : ": " + why));
+}
+
+//! One send or receive. The sender posts a header (count, element size
+//! and type) and the data (messages of at most 1 GiB) with tag 1, and
+//! waits for the receiver's reply (tag 2): MPI keeps each tag's messages
+//! between a pair in order, so calls match in issue order. The receiver
+//! checks the header, receives the data straight into `buf` (or, on a
+//! mismatch, into a sink, so the pair stays in step), then replies with
+//! what it expected: a send returns once the receiver has the data, and
+//! a mismatch fails both calls with errc::mismatch naming both counts
+//! (the communicator stays usable).
+template <class T>
+void communicator<mpi>::transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg,
+                                 call_settings cs) {
+    const char* fn = is_send ? "send" : "recv";
+    const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
+    if (broken())
+        throw error(errc::aborted, std::string("chorus::") + fn + ": the communicator is broken (" + reason() + ")");
+    const int src = is_send ? rank_ : peer;
+    const int dst = is_send ? peer : rank_;
+    const std::string which = "message #" + std::to_string(msg) + " from rank " + std::to_string(src) + " to rank " +
+                              std::to_string(dst);
+    using header = detail::p2p_header;
+    auto describe = [](header& h, std::uint64_t n) {
+        h.count = n;
+        h.elem_bytes = sizeof(T);
+        h.type_id = detail::type_hash<T>();
+        std::strncpy(h.type_name, element_traits<T>::name(), sizeof h.type_name - 1);
+    };
+    constexpr int data_tag = 1, reply_tag = 2;
+    constexpr std::uint64_t per = detail::sched_plan::max_message_bytes;
+    engine<unsigned char, detail::copy_only> e{*this, flat_topo_, node_area_, {}, deadline, 1};
+    auto check = [&](detail::status st) {
+        if (st == detail::status::ok) return;
+        if (st == detail::status::aborted)
+            throw error(errc::aborted, std::string("chorus::") + fn + ": communicator aborted (" + reason() + ")");
+        if (st == detail::status::peer_exited)
+            fail_call(fn, errc::peer_failed,
+                      "rank " + std::to_string(peer) + " (process " +
+                          std::to_string(pids_[static_cast<std::size_t>(peer)]) + ") died before " +
+                          (is_send ? "receiving " : "sending ") + which);
+        fail_call(fn, errc::timeout,
+                  "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for rank " +
+                      std::to_string(peer) + (is_send ? " to receive " : " to send ") + which);
+    };
+    // `bytes` bytes at p, in messages of at most `per`.
+    auto post = [&](bool send, void* p, std::uint64_t bytes, int tag, std::vector<MPI_Request>& reqs) {
+        auto* b = static_cast<std::byte*>(p);
+        for (std::uint64_t off = 0; off < bytes; off += per) {
+            reqs.push_back(MPI_REQUEST_NULL);
+            const int m = static_cast<int>(std::min(per, bytes - off));
+            if (send)
+                detail::mpi_check(MPI_Isend(b + off, m, MPI_BYTE, peer, tag, p2p_comm_, &reqs.back()), "MPI_Isend");
+            else
+                detail::mpi_check(MPI_Irecv(b + off, m, MPI_BYTE, peer, tag, p2p_comm_, &reqs.back()), "MPI_Irecv");
+        }
+    };
+    auto wait = [&](std::vector<MPI_Request>& reqs) {
+        if (!reqs.empty()) check(e.wait(reqs.data(), static_cast<int>(reqs.size()), peer));
+        reqs.clear();
+    };
+    auto mismatch = [&](const header& sent, const header& got) {
+        return error(errc::mismatch, std::string("chorus::") + fn + ": rank " + std::to_string(src) + " sends " +
+                                         std::to_string(sent.count) + " elements of " + sent.type_name + " (" +
+                                         std::to_string(sent.elem_bytes) + "-byte) but rank " + std::to_string(dst) +
+                                         " receives " + std::to_string(got.count) + " elements of " + got.type_name +
+                                         " (" + std::to_string(got.elem_bytes) + "-byte) (" + which + ")");
+    };
+    const std::uint64_t bytes = count * sizeof(T);
+    std::vector<MPI_Request> reqs;
+    // Members, not locals: a failed call leaves requests MPI may still
+    // serve after we return, and these outlive it with the communicator.
+    header& mine = p2p_mine_;
+    header& theirs = p2p_theirs_;
+    mine = header{};
+    theirs = header{};
+    describe(mine, count);
+    if (is_send) {
+        post(false, &theirs, sizeof theirs, reply_tag, reqs);
+        post(true, &mine, sizeof mine, data_tag, reqs);
+        post(true, buf, bytes, data_tag, reqs);
+        wait(reqs);
+        theirs.type_name[sizeof theirs.type_name - 1] = '\0';
+        if (theirs.ok == 0) throw mismatch(mine, theirs);
+        return;
+    }
+    post(false, &theirs, sizeof theirs, data_tag, reqs);
+    wait(reqs);
+    theirs.type_name[sizeof theirs.type_name - 1] = '\0';
+    const std::uint64_t sent_bytes = theirs.count * theirs.elem_bytes;
+    mine.ok = theirs.count == count && theirs.elem_bytes == sizeof(T) && theirs.type_id == mine.type_id ? 1 : 0;
+    if (mine.ok) {
+        post(false, buf, bytes, data_tag, reqs);
+        wait(reqs);
+    } else {
+        auto* sink = static_cast<std::byte*>(p2p_sink_.reserve(static_cast<std::size_t>(std::min(per, sent_bytes))));
+        for (std::uint64_t off = 0; off < sent_bytes; off += per) {
+            post(false, sink, std::min(per, sent_bytes - off), data_tag, reqs);
+            wait(reqs);
+        }
+    }
+    post(true, &mine, sizeof mine, reply_tag, reqs);
+    wait(reqs);
+    if (!mine.ok) throw mismatch(theirs, mine);
 }
 
 inline void communicator<mpi>::check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline) {

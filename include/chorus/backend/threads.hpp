@@ -4,6 +4,20 @@
 //! Zero-copy: for the duration of a collective each rank registers its
 //! buffers in a descriptor, and peers read them directly. Progress flags
 //! are per (rank, channel); see algo/schedule.hpp for the protocol.
+//! AllToAll and the "v" collectives run the exchange schedule
+//! (algo/exchange.hpp) whatever the policy.
+//!
+//! Point-to-point (send/recv): one mailbox per ordered pair (src, dst),
+//! messages numbered in issue order on each side. The sender publishes
+//! pointer, count and element type and waits; the receiver claims the
+//! message, copies it straight from the sender's buffer into its own and
+//! acknowledges (or reports a size/type mismatch to both). A sender that
+//! gives up (deadline, abort, receiver gone) withdraws its message first,
+//! so a late receiver never reads a buffer handed back to the caller; if
+//! the receiver already claimed it, the sender waits for the copy, which
+//! cannot block. Rendezvous semantics: a send completes once received, so
+//! two ranks that both send to each other first (on their in-order
+//! streams) wait until the deadline.
 
 #include <atomic>
 #include <chrono>
@@ -13,6 +27,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,9 +39,11 @@
 #  include <cuda_runtime_api.h>
 #endif
 
+#include "../algo/exchange.hpp"
 #include "../algo/ring.hpp"
 #include "../async/future.hpp"
 #include "../async/host_stream.hpp"
+#include "../core/element.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
@@ -50,7 +67,7 @@ namespace detail {
 //! collective: the reader sees either a consistent copy or "moved on".
 struct sig_slot {
     std::atomic<std::uint64_t> seq{0}; //!< 0 while being written
-    std::atomic<std::uint64_t> count{0}, elem_bytes{0}, type_id{0}, op_id{0}, algo_id{0}, shape{0};
+    std::atomic<std::uint64_t> count{0}, elem_bytes{0}, type_id{0}, op_id{0}, algo_id{0}, shape{0}, counts_id{0};
     std::atomic<const char*> type_name{""}, op_name{""}, algo_name{""};
 
     void store(const descriptor& d) {
@@ -60,6 +77,7 @@ struct sig_slot {
         type_id.store(d.type_id);
         op_id.store(d.op_id);
         algo_id.store(d.algo_id);
+        counts_id.store(d.counts_id);
         algo_name.store(d.algo_name);
         shape.store(std::uint64_t(d.coll) | std::uint64_t(std::uint32_t(d.channels)) << 8 |
                     std::uint64_t(std::uint32_t(d.root)) << 32);
@@ -75,6 +93,7 @@ struct sig_slot {
         d.type_id = type_id.load();
         d.op_id = op_id.load();
         d.algo_id = algo_id.load();
+        d.counts_id = counts_id.load();
         d.algo_name = algo_name.load();
         const std::uint64_t sh = shape.load();
         d.coll = static_cast<collective>(sh & 0xff);
@@ -95,6 +114,27 @@ struct alignas(64) rank_slot {
     //! handing its buffers back to the caller.
     alignas(64) std::atomic<std::uint64_t> busy_seq{0};
     host_flag flags[max_channels]; //!< one per channel
+};
+
+//! The phases of one point-to-point message in its mailbox; the mailbox's
+//! flag holds (message number << 3) | phase, so it only ever grows.
+enum p2p_phase : std::uint64_t {
+    p2p_posted = 1,     //!< the sender published the message
+    p2p_copying = 2,    //!< the receiver claimed it and copies
+    p2p_cancelled = 3,  //!< the sender withdrew it (its call failed)
+    p2p_delivered = 4,  //!< copied; the sender may return
+    p2p_mismatched = 5, //!< sizes or types differ; both calls fail
+};
+
+//! One ordered pair's point-to-point mailbox (see the file comment).
+struct alignas(64) mailbox {
+    host_flag state;
+    std::atomic<const void*> buf{nullptr};
+    std::atomic<std::uint64_t> count{0}, elem_bytes{0}, type_id{0};
+    std::atomic<const char*> type_name{""};
+    //! Written by the receiver before p2p_mismatched: what it expected.
+    std::atomic<std::uint64_t> recv_count{0}, recv_elem_bytes{0};
+    std::atomic<const char*> recv_type_name{""};
 };
 
 //! State shared by the ranks of one threads communicator.
@@ -140,6 +180,27 @@ public:
     void mark_gone(int r) {
         gone_[static_cast<std::size_t>(r)].store(true, std::memory_order_seq_cst);
         for (auto& f : slot(r).flags) nudge_flag(f);
+        if (mailbox* m = mail_.load(std::memory_order_seq_cst))
+            for (int q = 0; q < size_; ++q) {
+                nudge_flag(m[std::size_t(r) * std::size_t(size_) + std::size_t(q)].state);
+                nudge_flag(m[std::size_t(q) * std::size_t(size_) + std::size_t(r)].state);
+            }
+    }
+
+    //! The mailbox of messages from rank `src` to rank `dst` (allocated,
+    //! for every pair, on the first point-to-point call).
+    mailbox& mail(int src, int dst) {
+        mailbox* m = mail_.load(std::memory_order_acquire);
+        if (m == nullptr) {
+            std::lock_guard<std::mutex> lk(m_);
+            m = mail_.load(std::memory_order_relaxed);
+            if (m == nullptr) {
+                mail_store_.reset(new mailbox[std::size_t(size_) * std::size_t(size_)]);
+                m = mail_store_.get();
+                mail_.store(m, std::memory_order_seq_cst);
+            }
+        }
+        return m[std::size_t(src) * std::size_t(size_) + std::size_t(dst)];
     }
 
     //! Breaks the communicator: every current and future wait fails with
@@ -155,6 +216,8 @@ public:
         }
         for (int r = 0; r < size_; ++r)
             for (auto& f : slot(r).flags) nudge_flag(f);
+        if (mailbox* m = mail_.load(std::memory_order_seq_cst))
+            for (std::size_t i = 0; i < std::size_t(size_) * std::size_t(size_); ++i) nudge_flag(m[i].state);
     }
     std::string reason() const {
         std::lock_guard<std::mutex> lk(m_);
@@ -169,6 +232,8 @@ private:
     int size_;
     std::unique_ptr<rank_slot[]> slots_;
     std::unique_ptr<std::atomic<bool>[]> gone_;
+    std::unique_ptr<mailbox[]> mail_store_; //!< n * n mailboxes, [src * n + dst]
+    std::atomic<mailbox*> mail_{nullptr};
     std::atomic<bool> aborted_{false};
     mutable std::mutex m_;
     std::string reason_;
@@ -181,7 +246,7 @@ private:
 //! Throws when `p` is GPU device memory: ranks that are host threads cannot
 //! read it. Only a CUDA translation unit (nvcc, which links the CUDA runtime)
 //! can ask; elsewhere the check is compiled out. Managed memory is fine.
-inline void check_host_pointer([[maybe_unused]] collective coll, [[maybe_unused]] const char* name,
+inline void check_host_pointer([[maybe_unused]] const char* fn, [[maybe_unused]] const char* name,
                                [[maybe_unused]] const void* p) {
 #if defined(__CUDACC__)
     if (p == nullptr) return;
@@ -191,10 +256,13 @@ inline void check_host_pointer([[maybe_unused]] collective coll, [[maybe_unused]
         return;
     }
     if (attr.type == cudaMemoryTypeDevice)
-        throw error(errc::invalid_argument, std::string("chorus::") + collective_name(coll) + ": `" + name +
+        throw error(errc::invalid_argument, std::string("chorus::") + fn + ": `" + name +
                                                 "` points to GPU memory (device " + std::to_string(attr.device) +
                                                 "); a threads communicator needs host or managed memory");
 #endif
+}
+inline void check_host_pointer(collective coll, const char* name, const void* p) {
+    check_host_pointer(collective_name(coll), name, p);
 }
 
 //! Builds an error for collective `coll` from a failed status.
@@ -221,7 +289,8 @@ public:
     communicator(std::shared_ptr<detail::threads_world> world, int rank)
         : world_(std::move(world)), rank_(rank),
           peer_desc_(static_cast<std::size_t>(world_->size())),
-          peer_checked_(static_cast<std::size_t>(world_->size()), 0) {}
+          peer_checked_(static_cast<std::size_t>(world_->size()), 0),
+          sent_(static_cast<std::size_t>(world_->size()), 0), received_(static_cast<std::size_t>(world_->size()), 0) {}
     communicator(const communicator&) = delete;
     communicator& operator=(const communicator&) = delete;
     ~communicator() { stream_.drain(); }
@@ -244,8 +313,11 @@ public:
     void synchronize() { stream_.drain(); }
 
     //! \internal Runs (or queues) one collective. Buffers were validated by the caller.
+    //! `counts`: the "v" collectives' counts (schedule_args::counts; copied
+    //! for an async call, so the caller may free them at once).
     template <class T, class Op, class Algo>
-    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async) {
+    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async,
+                  std::span<const std::uint64_t> counts = {}) {
         if (world_->aborted())
             throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
                                            ": the communicator is broken (" + world_->reason() + "); create a new one");
@@ -253,13 +325,42 @@ public:
         detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
         const std::uint64_t seq = next_seq_++;
         const call_settings cs = issue();
-        auto task = [this, coll, in, out, count, op, root, seq, cs] {
-            run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs);
-        };
-        if (async)
+        if (async) {
+            auto owned = std::make_shared<const std::vector<std::uint64_t>>(counts.begin(), counts.end());
+            auto task = [this, coll, in, out, count, op, root, seq, cs, owned] {
+                run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs, std::span<const std::uint64_t>(*owned));
+            };
             return stream_.enqueue(std::function<void()>(task), [w = world_, r = rank_, coll] {
                 w->abort(errc::peer_failed, "rank " + std::to_string(r) + " left an unfinished " +
                                                 collective_name(coll) + " behind while an exception unwound");
+            });
+        }
+        // Sync: the caller's counts outlive the call.
+        stream_.run_sync([this, coll, in, out, count, &op, root, seq, cs, counts] {
+            run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs, counts);
+        });
+        return future();
+    }
+
+    //! \internal Runs (or queues) one send (is_send) or receive of `count`
+    //! elements to or from `peer`. Validated by the caller (peer in range,
+    //! not this rank; buf holds count elements).
+    template <class T>
+    future p2p(bool is_send, T* buf, std::uint64_t count, int peer, bool async) {
+        const char* fn = is_send ? "send" : "recv";
+        if (world_->aborted())
+            throw error(errc::aborted, std::string("chorus::") + fn + ": the communicator is broken (" +
+                                           world_->reason() + "); create a new one");
+        detail::check_host_pointer(fn, "buf", buf);
+        std::uint64_t& counter = (is_send ? sent_ : received_)[static_cast<std::size_t>(peer)];
+        const std::uint64_t msg = ++counter;
+        const call_settings cs = issue();
+        auto task = [this, is_send, buf, count, peer, msg, cs] { transfer<T>(is_send, buf, count, peer, msg, cs); };
+        if (async)
+            return stream_.enqueue(std::function<void()>(task), [w = world_, r = rank_, fn, peer] {
+                w->abort(errc::peer_failed, "rank " + std::to_string(r) + " left an unfinished " + fn +
+                                                (fn[0] == 's' ? " to" : " from") + " rank " + std::to_string(peer) +
+                                                " behind while an exception unwound");
             });
         stream_.run_sync(task);
         return future();
@@ -273,7 +374,13 @@ private:
 
     template <class T, class Op, class Algo>
     void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq,
-             call_settings cs);
+             call_settings cs, std::span<const std::uint64_t> counts);
+    template <class T, class Op, class Algo, class Schedule>
+    void run_schedule(const Schedule& sch, collective coll, const T* in, T* out, std::uint64_t count,
+                      std::uint64_t counts_id, std::uint64_t rank_elems, const Op& op, int root, std::uint64_t seq,
+                      call_settings cs);
+    template <class T>
+    void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
     detail::status check_all(detail::descriptor& mine, std::uint64_t seq, std::chrono::steady_clock::time_point deadline,
                              std::string& report, int& bad_peer);
 
@@ -284,6 +391,7 @@ private:
     std::vector<detail::descriptor> peer_desc_; //!< peers' descriptors, cached per collective
     std::vector<std::uint64_t> peer_checked_;   //!< seq for which each peer's signature was checked
     std::vector<detail::descriptor> all_calls_; //!< checked mode: every rank's call
+    std::vector<std::uint64_t> sent_, received_; //!< point-to-point messages issued, per peer
     detail::host_stream stream_;
 };
 
@@ -407,14 +515,42 @@ struct communicator<threads>::env {
 
 template <class T, class Op, class Algo>
 void communicator<threads>::run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                                std::uint64_t seq, call_settings cs) {
-    const std::chrono::milliseconds timeout_ = cs.timeout; // this call's deadline
+                                std::uint64_t seq, call_settings cs, std::span<const std::uint64_t> counts) {
     detail::threads_world& w = *world_;
     if (w.aborted()) detail::throw_for(w, coll, detail::status::aborted, {});
     const int n = w.size();
     schedule_args args{coll, rank_, n, root, count, sizeof(T), false, w.node_size()};
-    args.in_place = in_place_call<T>(coll, in, out, rank_, count);
-    const auto sch = Algo::make_schedule(args);
+    args.commutative = op_traits<Op>::commutative;
+    if (!is_exchange(coll)) {
+        args.in_place = in_place_call<T>(coll, in, out, rank_, count);
+        // Elements of one rank's larger buffer, for the streaming decision.
+        const std::uint64_t rank_elems = coll == collective::all_gather ? count * std::uint64_t(n) : count;
+        run_schedule<T, Op, Algo>(Algo::make_schedule(args), coll, in, out, count, 0, rank_elems, op, root, seq, cs);
+        return;
+    }
+    // The exchange collectives. What ranks compare (the descriptor's count)
+    // must not differ between ranks: AllToAll, the block; the "v"
+    // collectives, the sum of all counts, with the counts' hash.
+    std::uint64_t total = 0;
+    for (const std::uint64_t c : counts) total += c;
+    args.counts = counts.empty() ? nullptr : counts.data();
+    args.in_place = exchange_in_place<T>(coll, in, out, rank_, args.counts);
+    const bool v = coll != collective::all_to_all;
+    const std::uint64_t rank_elems = !v                                  ? count * std::uint64_t(n)
+                                     : coll == collective::all_to_allv ? total / std::uint64_t(n)
+                                                                       : total;
+    const exchange_schedule sch = make_exchange_schedule(args, exchange_channels<Algo>(), exchange_chunk_bytes<Algo>());
+    run_schedule<T, Op, Algo>(sch, coll, in, out, v ? total : count,
+                              v ? detail::counts_hash(counts.data(), counts.size()) : 0, rank_elems, op, root, seq, cs);
+}
+
+template <class T, class Op, class Algo, class Schedule>
+void communicator<threads>::run_schedule(const Schedule& sch, collective coll, const T* in, T* out,
+                                         std::uint64_t count, std::uint64_t counts_id, std::uint64_t rank_elems,
+                                         const Op& op, int root, std::uint64_t seq, call_settings cs) {
+    const std::chrono::milliseconds timeout_ = cs.timeout; // this call's deadline
+    detail::threads_world& w = *world_;
+    const int n = w.size();
     const int channels = sch.channels();
 
     detail::descriptor& mine = w.slot(rank_).desc[seq & 1];
@@ -422,11 +558,12 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     mine.out = out;
     mine.scratch = sch.scratch_elems() ? scratch_.reserve(sch.scratch_elems() * sizeof(T)) : nullptr;
     detail::describe_call<T, Op, Algo>(mine, coll, seq, count, root, channels);
+    mine.counts_id = counts_id;
     w.slot(rank_).sig[seq & 1].store(mine);
 
     // Stream stores past the cache when the ranks' buffers together
     // cannot stay in the last-level cache anyway.
-    const std::uint64_t bytes = (coll == collective::all_gather ? count * std::uint64_t(n) : count) * sizeof(T);
+    const std::uint64_t bytes = rank_elems * sizeof(T);
     const std::uint64_t working_set = bytes * std::uint64_t(n) * (in == out ? 1 : 2);
     env<T, Op> e{w, *this, mine, seq, op, working_set > w.llc_bytes(), std::chrono::steady_clock::now() + timeout_,
                  sch.units(), -1, 0, 0, {}};
@@ -515,6 +652,99 @@ inline detail::status communicator<threads>::check_all(detail::descriptor& mine,
     if (same) return detail::status::ok;
     report = detail::calls_report(seq, all_calls_);
     return detail::status::mismatch;
+}
+
+//! One send or receive (see the file comment for the mailbox protocol).
+template <class T>
+void communicator<threads>::transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg,
+                                     call_settings cs) {
+    detail::threads_world& w = *world_;
+    const std::string head = is_send ? "chorus::send: " : "chorus::recv: ";
+    const int src = is_send ? rank_ : peer;
+    const int dst = is_send ? peer : rank_;
+    const std::string which = "message #" + std::to_string(msg) + " from rank " + std::to_string(src) + " to rank " +
+                              std::to_string(dst);
+    auto broken = [&] {
+        const errc code = w.reason_code();
+        throw error(code == errc::aborted ? errc::aborted : code, head + "communicator aborted: " + w.reason());
+    };
+    if (w.aborted()) broken();
+    detail::mailbox& mb = w.mail(src, dst);
+    std::atomic<std::uint64_t>& state = mb.state.value;
+    const std::uint64_t base = msg << 3;
+    const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
+
+    // A failed wait: break the communicator (the pair's message numbers no
+    // longer agree) and report what this rank waited for.
+    auto fail = [&](detail::status st, bool withdrawn = false) {
+        if (st == detail::status::aborted && !withdrawn) broken();
+        std::string msg_text;
+        errc code = errc::timeout;
+        if (withdrawn) {
+            code = errc::peer_failed;
+            msg_text = "rank " + std::to_string(peer) + " withdrew " + which + " (its send failed)";
+        } else if (st == detail::status::timeout) {
+            msg_text = "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for rank " +
+                       std::to_string(peer) + (is_send ? " to receive " : " to send ") + which;
+        } else {
+            code = errc::peer_failed;
+            msg_text = "rank " + std::to_string(peer) + " returned without " + (is_send ? "receiving " : "sending ") +
+                       which;
+        }
+        w.abort(code, head + msg_text);
+        throw error(code, head + msg_text);
+    };
+
+    if (is_send) {
+        mb.buf.store(buf, std::memory_order_relaxed);
+        mb.count.store(count, std::memory_order_relaxed);
+        mb.elem_bytes.store(sizeof(T), std::memory_order_relaxed);
+        mb.type_id.store(detail::type_hash<T>(), std::memory_order_relaxed);
+        mb.type_name.store(element_traits<T>::name(), std::memory_order_relaxed);
+        detail::post_flag(mb.state, base | detail::p2p_posted);
+        const detail::status st = detail::wait_flag(mb.state, base | detail::p2p_delivered, w.abort_flag(),
+                                                    w.gone(peer), deadline, w.backoff());
+        if (st != detail::status::ok) {
+            std::uint64_t expect = base | detail::p2p_posted;
+            if (state.compare_exchange_strong(expect, base | detail::p2p_cancelled, std::memory_order_seq_cst))
+                fail(st); // withdrawn: no receiver will read `buf`
+            // The receiver claimed the message: its copy cannot block.
+            while (state.load(std::memory_order_acquire) < (base | detail::p2p_delivered)) std::this_thread::yield();
+        }
+        if ((state.load(std::memory_order_acquire) & 7) == detail::p2p_delivered) return;
+        throw error(errc::mismatch,
+                    head + "rank " + std::to_string(src) + " sends " + std::to_string(count) + " elements of " +
+                        element_traits<T>::name() + " (" + std::to_string(sizeof(T)) + "-byte) but rank " +
+                        std::to_string(dst) + " receives " + std::to_string(mb.recv_count.load()) + " elements of " +
+                        mb.recv_type_name.load() + " (" + std::to_string(mb.recv_elem_bytes.load()) + "-byte) (" +
+                        which + ")");
+    }
+
+    detail::status st = detail::wait_flag(mb.state, base | detail::p2p_posted, w.abort_flag(), w.gone(peer),
+                                          deadline, w.backoff());
+    if (st == detail::status::ok) {
+        std::uint64_t expect = base | detail::p2p_posted;
+        if (!state.compare_exchange_strong(expect, base | detail::p2p_copying, std::memory_order_seq_cst))
+            fail(detail::status::aborted, true); // the sender withdrew it: its call failed
+    }
+    if (st != detail::status::ok) fail(st);
+    const std::uint64_t sent = mb.count.load(std::memory_order_relaxed);
+    const std::uint64_t sent_bytes = mb.elem_bytes.load(std::memory_order_relaxed);
+    const bool same_type = mb.type_id.load(std::memory_order_relaxed) == detail::type_hash<T>();
+    if (sent != count || sent_bytes != sizeof(T) || !same_type) {
+        const std::string what = head + "rank " + std::to_string(src) + " sends " + std::to_string(sent) +
+                                 " elements of " + mb.type_name.load() + " (" + std::to_string(sent_bytes) +
+                                 "-byte) but rank " + std::to_string(dst) + " receives " + std::to_string(count) +
+                                 " elements of " + element_traits<T>::name() + " (" + std::to_string(sizeof(T)) +
+                                 "-byte) (" + which + ")";
+        mb.recv_count.store(count, std::memory_order_relaxed);
+        mb.recv_elem_bytes.store(sizeof(T), std::memory_order_relaxed);
+        mb.recv_type_name.store(element_traits<T>::name(), std::memory_order_relaxed);
+        detail::post_flag(mb.state, base | detail::p2p_mismatched);
+        throw error(errc::mismatch, what);
+    }
+    if (count != 0) std::memcpy(static_cast<void*>(buf), mb.buf.load(std::memory_order_relaxed), count * sizeof(T));
+    detail::post_flag(mb.state, base | detail::p2p_delivered);
 }
 
 //! Starts `n` ranks as threads, calls fn(communicator<threads>&) on each,

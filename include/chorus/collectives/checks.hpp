@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "../algo/hierarchical.hpp"
+#include "../algo/tree.hpp"
 #include "../algo/schedule.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
@@ -40,6 +41,13 @@ struct copy_only {
     CHORUS_HD constexpr T operator()(const T& a, const T&) const { return a; }
 };
 
+//! tree<...> (any tuning).
+template <class Algo>
+concept tree_policy = requires {
+    typename Algo::schedule;
+    requires std::is_same_v<typename Algo::schedule, alt_schedule<tree_schedule, ring_schedule>>;
+};
+
 template <class Algo, class T>
 constexpr bool check_element() {
     static_assert(std::is_trivially_copyable_v<T>, "chorus: element type must be trivially copyable");
@@ -65,6 +73,11 @@ constexpr bool check_reduction() {
         if constexpr (hierarchical_policy<Algo>)
             static_assert(order_ok, "chorus: hierarchical<> reorders operands; the operator must be commutative "
                                     "(declare static constexpr bool commutative = true in the operator)");
+        else if constexpr (tree_policy<Algo>)
+            static_assert(order_ok, "chorus: tree<> reorders operands; the operator must be commutative "
+                                    "(declare static constexpr bool commutative = true in the operator, or use "
+                                    "an order-keeping policy: direct<>, two_shot<>, recursive_doubling<>, "
+                                    "rabenseifner<>, automatic)");
         else
             static_assert(order_ok, "chorus: ring<> reorders operands; the operator must be commutative "
                                     "(declare static constexpr bool commutative = true in the operator)");

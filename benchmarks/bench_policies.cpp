@@ -1,0 +1,36 @@
+//! \file bench_policies.cpp
+//! chorus_bench's instantiations of the policies other than ring<>, each
+//! with its default tuning: float and every operator (its own translation
+//! unit, compiled in parallel with the ring's).
+
+#include "bench.hpp"
+
+namespace chorus_bench {
+namespace {
+
+template <class Algo>
+void sweep(bench_state& st, coll_kind c) {
+    run_sweep<Algo, float, chorus::sum, chorus::prod, chorus::min, chorus::max, chorus::avg>(st, c);
+}
+
+} // namespace
+
+const char* policy_names() {
+    return "direct,tree,recursive_doubling,rabenseifner,two_shot,hierarchical,automatic,deterministic";
+}
+
+bool run_named_policy(bench_state& st, coll_kind c, type_kind t, const std::string& name) {
+    if (t != type_kind::float32) return false;
+    if (name == "direct") sweep<chorus::direct<>>(st, c);
+    else if (name == "tree") sweep<chorus::tree<>>(st, c);
+    else if (name == "recursive_doubling") sweep<chorus::recursive_doubling<>>(st, c);
+    else if (name == "rabenseifner") sweep<chorus::rabenseifner<>>(st, c);
+    else if (name == "two_shot") sweep<chorus::two_shot<>>(st, c);
+    else if (name == "hierarchical") sweep<chorus::hierarchical<>>(st, c);
+    else if (name == "automatic") sweep<chorus::automatic>(st, c);
+    else if (name == "deterministic") sweep<chorus::deterministic<>>(st, c);
+    else return false;
+    return true;
+}
+
+} // namespace chorus_bench

@@ -1,0 +1,498 @@
+#pragma once
+//! \file backend/mpi_schedule.hpp
+//! The MPI backend's schedule executor: runs any pull-only schedule
+//! (algo/schedule.hpp) over MPI point-to-point. Part of backend/mpi.hpp,
+//! which includes it; see that file for where it is used.
+//!
+//! Translation. A schedule step of rank r that reads a slice of peer q's
+//! buffer (src0/src1, or a fan-in source) becomes a message from q to r:
+//!  * trigger: r's step runs, in shared memory, only after r has seen q's
+//!    progress on the step's channel c reach the largest unit count r has
+//!    waited for on q so far on c (this step's waits and the earlier
+//!    steps', group waits expanded; 0 if none). That is the trigger
+//!    (c, u): q sends the slice right after it posts u on c (u = 0: before
+//!    its first unit). Taking the earlier waits too (progress only grows)
+//!    makes the data exactly what the shared-memory executor would read,
+//!    also where a step relies on a wait of an earlier step; a later
+//!    trigger than the step's own waits adds no dependency the
+//!    shared-memory run does not have, so it cannot deadlock either.
+//!  * both sides plan the message list from the same schedule: r's with
+//!    in_place = false, whatever r's own in_place (schedule.hpp's
+//!    invariant: what a rank reads from a peer and the progress it waits
+//!    for do not depend on its own in_place), so sender and receiver agree
+//!    by construction; r checks, as it runs its real schedule, that each
+//!    peer read is the planned one. Reads are visited in execution order
+//!    (unit-major, then channel, then sources in combination order), and
+//!    reads of one pair with the same trigger and buffer whose slices are
+//!    contiguous are merged into one transfer, so a chunked step costs one
+//!    message, not one per chunk.
+//!  * tags: transfers of one (sender, receiver) pair are numbered in that
+//!    order; a transfer over 1 GiB goes as several messages with
+//!    consecutive tags. Every collective uses a dedicated duplicate
+//!    communicator, so the numbering restarts at 0 per collective: every
+//!    message of a collective is received before either side leaves it.
+//!  * receives: every transfer is received into private staging
+//!    (MPI_Irecv posted for all of them before the first unit), and the
+//!    step uses the staged data in place of the peer's buffer, in the
+//!    step's own reduction order (fan-in in q order, src0 op src1).
+//!  * sends go straight from the rank's buffers (MPI_Isend, no copy) and
+//!    are tracked: before a step writes a region of this rank's buffers
+//!    that a pending send still reads, that send completes. Before
+//!    returning every send completes (this replaces final_wait); waits
+//!    that only order memory (write-after-read guards, sync units) need
+//!    nothing else: a rank's buffers change only by its own steps.
+//! Steps whose dst or dst2 is a peer's buffer (pushes) are refused: every
+//! rank sees every rank's schedule, so all of them refuse the call before
+//! a byte moves.
+//! Cost per call: every rank computes every rank's schedule and walks all
+//! of its units, O(n * units * channels) step evaluations (the exchange
+//! schedule's cost O(n) each), plus one transfer record per merged
+//! message: well under a millisecond for the rank and chunk counts this
+//! backend is tested with. Far more ranks or chunks would want the plan
+//! cached per call shape.
+
+#if !defined(OMPI_SKIP_MPICXX)
+#  define OMPI_SKIP_MPICXX 1
+#endif
+#if !defined(MPICH_SKIP_MPICXX)
+#  define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "../algo/schedule.hpp"
+#include "../core/error.hpp"
+#include "../exec/host_reduce_copy.hpp"
+
+namespace chorus::detail {
+
+//! Throws chorus::error for a failed MPI call.
+inline void mpi_check(int rc, const char* what) {
+    if (rc == MPI_SUCCESS) return;
+    char msg[MPI_MAX_ERROR_STRING] = {};
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    throw error(errc::internal, std::string("chorus: ") + what + " failed: " + msg);
+}
+
+//! Calls f(operand) for each source of `s` in the order the step combines
+//! them: fan-in sources q = 0..fan_in-1, else src0 then src1.
+template <class F>
+void for_each_source(const step& s, F&& f) {
+    if (s.fan_in >= 2) {
+        for (int q = 0; q < int(s.fan_in); ++q) f(operand{s.source_rank(q), s.src0.loc, s.src0.offset});
+        return;
+    }
+    if (s.src0.loc != where::none) f(s.src0);
+    if (s.src1.loc != where::none) f(s.src1);
+}
+
+//! One transfer: a contiguous slice of the sender's buffer `loc`.
+struct sched_xfer {
+    int peer = -1;             //!< the receiver (send list) or the sender (receive list)
+    int channel = 0;           //!< trigger: sent right after the sender posts
+    std::uint64_t unit = 0;    //!<   `unit` units done on `channel`
+    where loc = where::none;
+    std::uint64_t offset = 0;  //!< elements
+    std::uint64_t count = 0;   //!< elements
+    std::uint64_t staging = 0; //!< receive list: byte offset of its staging
+    int tag = 0;               //!< tag of its first message
+    int frags = 0;             //!< messages (each at most sched_plan::max_message_bytes)
+    std::size_t req = 0;       //!< receive list: index of its first request
+};
+
+//! One of this rank's peer reads, as planned: the slice, and where its
+//! data arrives (`skip` elements into receive transfer `xfer`).
+struct sched_read {
+    operand src{};
+    std::uint64_t count = 0;
+    std::size_t xfer = 0;
+    std::uint64_t skip = 0;
+};
+
+//! The messages of one rank in one collective (see the file comment).
+class sched_plan {
+public:
+    static constexpr std::uint64_t max_message_bytes = std::uint64_t(1) << 30;
+
+    std::vector<sched_xfer> sends; //!< sorted by trigger (unit, channel): the order they go out
+    std::vector<sched_xfer> recvs; //!< in pair order
+    std::vector<sched_read> reads; //!< this rank's peer reads, in execution order
+    std::uint64_t staging_bytes = 0;
+    std::size_t recv_messages = 0;
+    std::uint64_t tags = 0;        //!< tags used by the busiest pair (tags 0 .. tags-1)
+    //! The first push seen (rank < 0: none): `rank`'s unit `unit` of
+    //! channel `channel` writes rank `target`'s buffer.
+    struct push_info {
+        int rank = -1, target = -1, channel = 0;
+        std::uint64_t unit = 0;
+    } push{};
+
+    //! Plans rank `me`'s messages. `schedule_of(q)` returns rank q's
+    //! schedule with in_place = false, for every rank q, this one too:
+    //! both sides of every message plan it from the same schedule, so they
+    //! agree whatever their in_place (the executor checks that this rank's
+    //! own schedule reads the same slices). Returns false when some
+    //! schedule pushes (see `push`); nothing is planned then.
+    template <class ScheduleOf>
+    bool build(ScheduleOf&& schedule_of, int me, int n, std::uint64_t elem_bytes) {
+        sends.clear();
+        recvs.clear();
+        reads.clear();
+        staging_bytes = 0;
+        recv_messages = 0;
+        tags = 0;
+        push = {};
+        for (int q = 0; q < n; ++q) {
+            open_.clear();
+            const auto s = schedule_of(q);
+            const bool fine = walk(s, q, n, [&](int c, std::uint64_t u, const operand& o, std::uint64_t cnt) {
+                if (q == me) add(recvs, o.rank, c, u, o, cnt, true);
+                else if (o.rank == me) add(sends, q, c, u, o, cnt, false);
+            });
+            if (!fine) return false;
+        }
+        // Tags in pair order, before the sends are sorted by trigger.
+        const std::uint64_t per = std::max<std::uint64_t>(1, max_message_bytes / elem_bytes);
+        std::vector<std::uint64_t> next(static_cast<std::size_t>(n), 0);
+        auto number = [&](sched_xfer& x) {
+            x.frags = static_cast<int>((x.count + per - 1) / per);
+            std::uint64_t& t = next[static_cast<std::size_t>(x.peer)];
+            x.tag = static_cast<int>(std::min<std::uint64_t>(t, 0x7fffffff));
+            t += std::uint64_t(x.frags);
+            tags = std::max(tags, t);
+        };
+        for (sched_xfer& x : recvs) {
+            number(x);
+            x.staging = staging_bytes;
+            staging_bytes += (x.count * elem_bytes + 63) / 64 * 64;
+            x.req = recv_messages;
+            recv_messages += std::size_t(x.frags);
+        }
+        std::fill(next.begin(), next.end(), 0);
+        for (sched_xfer& x : sends) number(x);
+        std::stable_sort(sends.begin(), sends.end(), [](const sched_xfer& a, const sched_xfer& b) {
+            return a.unit != b.unit ? a.unit < b.unit : a.channel < b.channel;
+        });
+        return true;
+    }
+
+private:
+    struct key {
+        int peer, channel;
+        std::uint64_t unit;
+        where loc;
+        bool recv;
+        bool operator==(const key&) const = default;
+    };
+    struct key_hash {
+        std::size_t operator()(const key& k) const noexcept {
+            std::uint64_t h = 1469598103934665603ull;
+            auto mix = [&h](std::uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+            mix(std::uint64_t(std::uint32_t(k.peer)));
+            mix(std::uint64_t(std::uint32_t(k.channel)));
+            mix(k.unit);
+            mix(std::uint64_t(k.loc) | (k.recv ? 256u : 0u));
+            return static_cast<std::size_t>(h);
+        }
+    };
+    //! The last transfer of each (pair, trigger, buffer): where a read whose
+    //! slice continues it is merged.
+    std::unordered_map<key, std::size_t, key_hash> open_;
+    std::vector<std::uint64_t> seen_;
+
+    //! Adds a read of `src` (`cnt` elements) to the transfers of the pair
+    //! with `peer`, merged into the last one with the same trigger and
+    //! buffer when it continues that one's slice.
+    void add(std::vector<sched_xfer>& list, int peer, int c, std::uint64_t u, const operand& src, std::uint64_t cnt,
+             bool recv) {
+        const key k{peer, c, u, src.loc, recv};
+        const auto it = open_.find(k);
+        if (it != open_.end()) {
+            sched_xfer& x = list[it->second];
+            if (x.offset + x.count == src.offset) {
+                if (recv) reads.push_back({src, cnt, it->second, x.count});
+                x.count += cnt;
+                return;
+            }
+        }
+        sched_xfer x{};
+        x.peer = peer;
+        x.channel = c;
+        x.unit = u;
+        x.loc = src.loc;
+        x.offset = src.offset;
+        x.count = cnt;
+        if (recv) reads.push_back({src, cnt, list.size(), 0});
+        open_[k] = list.size();
+        list.push_back(x);
+    }
+
+    //! Walks schedule `s` of rank `owner` in execution order and calls
+    //! f(channel, trigger, source, count) for every source that is another
+    //! rank's buffer. False (and `push` set) at the first push.
+    template <class Sched, class F>
+    bool walk(const Sched& s, int owner, int n, F&& f) {
+        const int C = s.channels();
+        const std::uint64_t U = s.units();
+        seen_.assign(static_cast<std::size_t>(C) * static_cast<std::size_t>(n), 0);
+        auto bad_rank = [&](int r) {
+            if (r >= 0 && r < n) return;
+            throw error(errc::internal, "chorus: rank " + std::to_string(owner) + "'s schedule names rank " +
+                                            std::to_string(r) + " of a communicator of " + std::to_string(n));
+        };
+        for (std::uint64_t p = 0; p < U; ++p) {
+            for (int c = 0; c < C; ++c) {
+                const step st = s.unit(c, p);
+                std::uint64_t* seen = seen_.data() + static_cast<std::size_t>(c) * static_cast<std::size_t>(n);
+                for (const wait_spec& w : st.waits) {
+                    if (w.peer < 0) continue;
+                    const int span = w.span > 1 ? int(w.span) : 1;
+                    for (int i = 0; i < span; ++i) {
+                        const int q = w.peer + i * int(w.stride);
+                        if (q == owner || q < 0 || q >= n) continue;
+                        seen[q] = std::max(seen[q], w.units);
+                    }
+                }
+                if (st.count == 0) continue;
+                for (const operand* d : {&st.dst, &st.dst2}) {
+                    if (d->loc == where::none || d->rank == owner) continue;
+                    push = {owner, d->rank, c, p};
+                    return false;
+                }
+                for_each_source(st, [&](const operand& o) {
+                    if (o.rank == owner) return;
+                    bad_rank(o.rank);
+                    f(c, seen[o.rank], o, st.count);
+                });
+            }
+        }
+        return true;
+    }
+};
+
+//! Runs one planned collective on one rank. `Waiter` is the backend's
+//! bounded wait: status wait(MPI_Request*, int k, int peer) (deadline,
+//! abort, peer death; drops the requests on failure) and a static
+//! drop(MPI_Request&) (cancel and free).
+template <class T, class Op, class Waiter>
+class sched_executor {
+public:
+    sched_executor(const sched_plan& plan, Waiter& waiter, MPI_Comm comm, const Op& op, int me, int n, const T* in,
+                   T* out, T* scratch, std::byte* staging)
+        : plan_(plan), w_(waiter), comm_(comm), op_(op), me_(me), n_(n), in_(const_cast<T*>(in)), out_(out),
+          scratch_(scratch), staging_(staging) {}
+    sched_executor(const sched_executor&) = delete;
+    sched_executor& operator=(const sched_executor&) = delete;
+    //! Whatever is still in flight (a failed call) is cancelled and freed.
+    ~sched_executor() {
+        for (MPI_Request& r : recv_reqs_) Waiter::drop(r);
+        for (MPI_Request& r : send_reqs_) Waiter::drop(r);
+    }
+
+    int bad_peer = -1;  //!< the rank a failed wait waited for
+    std::string doing;  //!< what the failed wait waited for
+
+    template <class Sched>
+    status run(const Sched& sch) {
+        const std::uint64_t per = std::max<std::uint64_t>(1, sched_plan::max_message_bytes / sizeof(T));
+        recv_reqs_.assign(plan_.recv_messages, MPI_REQUEST_NULL);
+        received_.assign(plan_.recvs.size(), 0);
+        for (const sched_xfer& x : plan_.recvs) {
+            auto* base = reinterpret_cast<T*>(staging_ + x.staging);
+            for (int f = 0; f < x.frags; ++f) {
+                const std::uint64_t first = std::uint64_t(f) * per;
+                const std::uint64_t m = std::min(per, x.count - first);
+                mpi_check(MPI_Irecv(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, x.tag + f, comm_,
+                                    &recv_reqs_[x.req + std::size_t(f)]),
+                          "MPI_Irecv");
+            }
+        }
+        const int C = sch.channels();
+        const std::uint64_t U = sch.units();
+        if (const status st = flush(0, C - 1); st != status::ok) return st; // trigger u = 0: before unit 0
+        for (std::uint64_t p = 0; p < U; ++p) {
+            for (int c = 0; c < C; ++c) {
+                const step s = sch.unit(c, p);
+                if (s.count != 0)
+                    if (const status st = execute(s, c, p); st != status::ok) return st;
+                if (const status st = flush(p + 1, c); st != status::ok) return st;
+            }
+        }
+        // Triggers beyond our last unit (a schedule that waits for more
+        // units than we run would hang in shared memory too): send now.
+        if (const status st = flush(~std::uint64_t(0), C); st != status::ok) return st;
+        for (std::size_t i = 0; i < send_reqs_.size(); ++i)
+            if (send_reqs_[i] != MPI_REQUEST_NULL)
+                if (const status st = w_.wait(&send_reqs_[i], 1, send_peer_[i]); st != status::ok)
+                    return failed(st, send_peer_[i], "waiting for rank " + std::to_string(send_peer_[i]) +
+                                                         " to receive this rank's data");
+        for (std::size_t i = 0; i < plan_.recvs.size(); ++i)
+            if (const status st = receive(i); st != status::ok) return st;
+        return status::ok;
+    }
+
+private:
+    const sched_plan& plan_;
+    Waiter& w_;
+    MPI_Comm comm_;
+    Op op_;
+    int me_, n_;
+    T* in_;
+    T* out_;
+    T* scratch_;
+    std::byte* staging_;
+    std::vector<MPI_Request> recv_reqs_;
+    std::vector<char> received_;
+    std::size_t next_send_ = 0;
+    std::size_t next_read_ = 0;
+    // Sends in flight: request, the bytes it reads, its receiver.
+    std::vector<MPI_Request> send_reqs_;
+    std::vector<std::uintptr_t> send_begin_, send_end_;
+    std::vector<int> send_peer_;
+    std::size_t prune_at_ = 64;
+    std::vector<const T*> srcs_;
+
+    status failed(status st, int peer, std::string what) {
+        if (bad_peer < 0) bad_peer = peer;
+        doing = std::move(what);
+        return st;
+    }
+
+    T* own(const operand& o) const {
+        T* b = nullptr;
+        switch (o.loc) {
+        case where::in: b = in_; break;
+        case where::out: b = out_; break;
+        case where::scratch: b = scratch_; break;
+        case where::none: break;
+        }
+        if (b == nullptr)
+            throw error(errc::internal, "chorus: rank " + std::to_string(me_) +
+                                            "'s schedule uses a buffer this call does not have");
+        return b + o.offset;
+    }
+
+    //! Sends every transfer whose trigger is at or before (u, c).
+    status flush(std::uint64_t u, int c) {
+        const std::uint64_t per = std::max<std::uint64_t>(1, sched_plan::max_message_bytes / sizeof(T));
+        while (next_send_ < plan_.sends.size()) {
+            const sched_xfer& x = plan_.sends[next_send_];
+            if (x.unit > u || (x.unit == u && x.channel > c)) break;
+            ++next_send_;
+            const T* base = own({me_, x.loc, x.offset});
+            for (int f = 0; f < x.frags; ++f) {
+                const std::uint64_t first = std::uint64_t(f) * per;
+                const std::uint64_t m = std::min(per, x.count - first);
+                send_reqs_.push_back(MPI_REQUEST_NULL);
+                send_peer_.push_back(x.peer);
+                send_begin_.push_back(reinterpret_cast<std::uintptr_t>(base + first));
+                send_end_.push_back(reinterpret_cast<std::uintptr_t>(base + first + m));
+                mpi_check(MPI_Isend(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, x.tag + f, comm_,
+                                    &send_reqs_.back()),
+                          "MPI_Isend");
+            }
+        }
+        if (send_reqs_.size() >= prune_at_) prune();
+        return status::ok;
+    }
+
+    //! Forgets the sends that have completed.
+    void prune() {
+        int done = 0;
+        std::vector<int> idx(send_reqs_.size());
+        mpi_check(MPI_Testsome(static_cast<int>(send_reqs_.size()), send_reqs_.data(), &done, idx.data(),
+                               MPI_STATUSES_IGNORE),
+                  "MPI_Testsome");
+        std::size_t k = 0;
+        for (std::size_t i = 0; i < send_reqs_.size(); ++i) {
+            if (send_reqs_[i] == MPI_REQUEST_NULL) continue;
+            send_reqs_[k] = send_reqs_[i];
+            send_begin_[k] = send_begin_[i];
+            send_end_[k] = send_end_[i];
+            send_peer_[k] = send_peer_[i];
+            ++k;
+        }
+        send_reqs_.resize(k);
+        send_begin_.resize(k);
+        send_end_.resize(k);
+        send_peer_.resize(k);
+        prune_at_ = std::max<std::size_t>(64, 2 * k);
+    }
+
+    //! Before a step writes [p, p + m): complete the sends that read it.
+    status guard(const T* p, std::uint64_t m) {
+        const auto b = reinterpret_cast<std::uintptr_t>(p), e = reinterpret_cast<std::uintptr_t>(p + m);
+        for (std::size_t i = 0; i < send_reqs_.size(); ++i) {
+            if (send_reqs_[i] == MPI_REQUEST_NULL || send_end_[i] <= b || e <= send_begin_[i]) continue;
+            if (const status st = w_.wait(&send_reqs_[i], 1, send_peer_[i]); st != status::ok)
+                return failed(st, send_peer_[i], "waiting for rank " + std::to_string(send_peer_[i]) +
+                                                     " to receive data before this rank overwrites it");
+        }
+        return status::ok;
+    }
+
+    //! Receive transfer i has arrived.
+    status receive(std::size_t i) {
+        if (received_[i]) return status::ok;
+        const sched_xfer& x = plan_.recvs[i];
+        if (const status st = w_.wait(&recv_reqs_[x.req], x.frags, x.peer); st != status::ok)
+            return failed(st, x.peer, "waiting for rank " + std::to_string(x.peer) + "'s data (its channel " +
+                                          std::to_string(x.channel) + ", after its unit " + std::to_string(x.unit) +
+                                          ")");
+        received_[i] = 1;
+        return status::ok;
+    }
+
+    status execute(const step& s, int c, std::uint64_t p) {
+        srcs_.clear();
+        status st = status::ok;
+        for_each_source(s, [&](const operand& o) {
+            if (o.rank == me_) {
+                srcs_.push_back(own(o));
+                return;
+            }
+            if (next_read_ >= plan_.reads.size())
+                throw error(errc::internal, "chorus: rank " + std::to_string(me_) + " reads more peer data in unit " +
+                                                std::to_string(p) + " of channel " + std::to_string(c) +
+                                                " than it planned");
+            const sched_read rd = plan_.reads[next_read_++];
+            if (rd.src.rank != o.rank || rd.src.loc != o.loc || rd.src.offset != o.offset || rd.count != s.count)
+                throw error(errc::internal, "chorus: rank " + std::to_string(me_) + "'s unit " + std::to_string(p) +
+                                                " of channel " + std::to_string(c) + " reads rank " +
+                                                std::to_string(o.rank) + "'s data differently in place than out "
+                                                "of place (the schedule breaks schedule.hpp's invariant)");
+            if (st == status::ok) st = receive(rd.xfer);
+            srcs_.push_back(reinterpret_cast<const T*>(staging_ + plan_.recvs[rd.xfer].staging) + rd.skip);
+        });
+        if (st != status::ok) return st;
+        if (srcs_.empty())
+            throw error(errc::internal, "chorus: rank " + std::to_string(me_) + "'s unit " + std::to_string(p) +
+                                            " of channel " + std::to_string(c) + " moves data but has no source");
+        if (s.dst.rank != me_ || (s.dst2.loc != where::none && s.dst2.rank != me_))
+            throw error(errc::internal, "chorus: rank " + std::to_string(me_) + "'s unit " + std::to_string(p) +
+                                            " of channel " + std::to_string(c) +
+                                            " writes another rank's buffer (a push) in place only");
+        T* dst = own(s.dst);
+        T* dst2 = s.dst2.loc == where::none ? nullptr : own(s.dst2);
+        if (const status g = guard(dst, s.count); g != status::ok) return g;
+        if (dst2 != nullptr)
+            if (const status g = guard(dst2, s.count); g != status::ok) return g;
+        const int finish_n = s.finish ? n_ : 0;
+        const std::size_t m = static_cast<std::size_t>(s.count);
+        if (s.fan_in >= 2)
+            host_reduce_fan(dst, dst2, srcs_.data(), int(s.fan_in), m, op_, finish_n);
+        else
+            host_reduce_copy(dst, dst2, srcs_[0], srcs_.size() > 1 ? srcs_[1] : static_cast<const T*>(nullptr), m,
+                             op_, finish_n, false);
+        return status::ok;
+    }
+};
+
+} // namespace chorus::detail

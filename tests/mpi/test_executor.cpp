@@ -1,0 +1,252 @@
+// The MPI schedule executor and send/recv: failures (a rank that never
+// joins, a receive nobody sends to, a schedule that pushes), ordering of
+// point-to-point messages, size mismatches, and async calls of every kind
+// interleaved on one communicator.
+
+#include <doctest/doctest.h>
+
+#include <chorus/mpi.hpp>
+
+#include "mpi_test_util.hpp"
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace mpi_test;
+
+bool mentions(const chorus::error& e, const std::string& what) {
+    return std::string(e.what()).find(what) != std::string::npos;
+}
+
+//! A rank that never joins a collective run by Algo: the others fail
+//! within their deadline (timeout naming the rank they waited for, or
+//! aborted when a node peer failed first), and the communicator is broken.
+//! `reads_all`: every rank reads the missing one directly, so a timeout
+//! names it.
+template <class Algo>
+void never_joins(comm_t& world_comm, bool reads_all) {
+    const int n = world_comm.size(), r = world_comm.rank();
+    comm_t sub(MPI_COMM_WORLD);
+    sub.set_timeout(std::chrono::milliseconds(400));
+    sub.set_checked(false); // the executor's own waits (checked mode would fail first, in its check)
+    if (r != n - 1) {
+        std::vector<float> v(5000, 1.0f);
+        const auto t0 = std::chrono::steady_clock::now();
+        try {
+            chorus::all_reduce<Algo>(sub, std::span<float>(v));
+            FAIL("no error without rank n-1");
+        } catch (const chorus::error& e) {
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            CHECK(s < 10.0);
+            const bool expected = e.code() == chorus::errc::timeout || e.code() == chorus::errc::aborted;
+            CHECK(expected);
+            if (e.code() == chorus::errc::timeout)
+                CHECK(mentions(e, reads_all ? "waiting for rank " + std::to_string(n - 1) : "waiting for rank "));
+            MESSAGE(std::string(e.what()));
+        }
+        CHECK(sub.broken());
+    }
+    chorus::barrier(world_comm);
+}
+
+} // namespace
+
+TEST_CASE("schedule executor: a rank that never joins makes the others time out naming it, not hang") {
+    comm_t& comm = world();
+    if (comm.size() < 2) return;
+    never_joins<chorus::direct<>>(comm, true);
+    never_joins<chorus::hierarchical<chorus::direct<>, chorus::direct<>>>(comm, comm.nodes() == 1);
+    never_joins<chorus::tree<>>(comm, false);
+}
+
+TEST_CASE("schedule executor: a schedule that pushes is refused on every rank before anything moves") {
+    comm_t& comm = world();
+    const int n = comm.size();
+    // hierarchical<ring<>, direct<>>: ring phases push in AllReduce.
+    using pushing = chorus::hierarchical<chorus::ring<>, chorus::direct<>>;
+    std::vector<int> v(100, 1);
+    if (n >= 2) {
+        try {
+            chorus::all_reduce<pushing>(comm, std::span<int>(v));
+            FAIL("a pushing schedule ran");
+        } catch (const chorus::error& e) {
+            CHECK(e.code() == chorus::errc::internal);
+            CHECK(mentions(e, "push"));
+        }
+        CHECK(v[0] == 1);
+        CHECK_FALSE(comm.broken());
+    }
+    // Its other collectives pull, and the communicator still works.
+    std::vector<int> all(100 * std::size_t(n));
+    chorus::all_gather<pushing>(comm, std::span<const int>(v), std::span<int>(all));
+    CHECK(all[all.size() - 1] == 1);
+    chorus::all_reduce<chorus::direct<>>(comm, std::span<int>(v));
+    CHECK(v[99] == n);
+}
+
+TEST_CASE("send/recv: messages between a pair arrive in issue order, sync and async, 0 bytes included") {
+    comm_t& comm = world();
+    const int n = comm.size(), r = comm.rank();
+    if (n < 2) return;
+    // Pairs (2i, 2i+1); a last odd rank out sits this one out.
+    const int partner = r % 2 == 0 ? r + 1 : r - 1;
+    if (partner < n) {
+        const std::vector<std::size_t> sizes = {3, 0, 1000, 1, 0, 70001, 17};
+        auto value = [](int from, std::size_t msg, std::size_t i) { return double(from * 1000 + int(msg)) + double(i); };
+        auto send_all = [&](bool async) {
+            std::vector<std::vector<double>> bufs;
+            for (std::size_t k = 0; k < sizes.size(); ++k) {
+                bufs.emplace_back(sizes[k]);
+                for (std::size_t i = 0; i < sizes[k]; ++i) bufs[k][i] = value(r, k, i);
+            }
+            std::vector<chorus::future> fs;
+            for (auto& b : bufs) {
+                if (async) fs.push_back(chorus::send_async(comm, std::span<const double>(b), partner));
+                else chorus::send(comm, std::span<const double>(b), partner);
+            }
+            for (auto& f : fs) f.get();
+        };
+        auto recv_all = [&](bool async) {
+            std::vector<std::vector<double>> bufs;
+            for (const std::size_t s : sizes) bufs.emplace_back(s, -1.0);
+            std::vector<chorus::future> fs;
+            for (auto& b : bufs) {
+                if (async) fs.push_back(chorus::recv_async(comm, std::span<double>(b), partner));
+                else chorus::recv(comm, std::span<double>(b), partner);
+            }
+            for (auto& f : fs) f.get();
+            bool ok = true;
+            for (std::size_t k = 0; k < sizes.size(); ++k)
+                for (std::size_t i = 0; i < sizes[k]; ++i) ok = ok && bufs[k][i] == value(partner, k, i);
+            CHECK(ok);
+        };
+        for (const bool async : {false, true}) {
+            CAPTURE(async);
+            if (r % 2 == 0) {
+                send_all(async);
+                recv_all(async);
+            } else {
+                recv_all(async);
+                send_all(async);
+            }
+        }
+    }
+    chorus::barrier(comm);
+}
+
+TEST_CASE("send/recv: a size or type mismatch fails both calls naming both counts; the pair carries on") {
+    comm_t& comm = world();
+    const int n = comm.size(), r = comm.rank();
+    if (n < 2) return;
+    if (r < 2) {
+        const int peer = 1 - r;
+        std::vector<int> ten(10, 7), eleven(11, -1);
+        try {
+            if (r == 0) chorus::send(comm, std::span<const int>(ten), peer);
+            else chorus::recv(comm, std::span<int>(eleven), peer);
+            FAIL("a size mismatch was not detected");
+        } catch (const chorus::error& e) {
+            CHECK(e.code() == chorus::errc::mismatch);
+            CHECK(mentions(e, "sends 10 elements of int32"));
+            CHECK(mentions(e, "receives 11 elements of int32"));
+        }
+        CHECK(eleven[0] == -1);
+        std::vector<float> f(10, 1.5f);
+        try {
+            if (r == 0) chorus::send(comm, std::span<const int>(ten), peer);
+            else chorus::recv(comm, std::span<float>(f), peer);
+            FAIL("a type mismatch was not detected");
+        } catch (const chorus::error& e) {
+            CHECK(e.code() == chorus::errc::mismatch);
+            CHECK(mentions(e, "float"));
+        }
+        CHECK_FALSE(comm.broken());
+        // The pair is still in step.
+        if (r == 0) chorus::send(comm, std::span<const int>(ten), peer);
+        else chorus::recv(comm, std::span<int>(eleven.data(), 10), peer);
+        if (r == 1) CHECK(eleven[9] == 7);
+    }
+    chorus::barrier(comm);
+}
+
+TEST_CASE("send/recv: a receive nobody sends to, and a send nobody receives, time out naming the peer") {
+    comm_t& comm = world();
+    const int n = comm.size(), r = comm.rank();
+    if (n < 2) return;
+    for (const bool receiving : {true, false}) {
+        CAPTURE(receiving);
+        comm_t sub(MPI_COMM_WORLD); // the failure breaks it, not the world
+        sub.set_timeout(std::chrono::milliseconds(300));
+        if (r == 1) {
+            std::vector<double> v(1000, 2.0);
+            const auto t0 = std::chrono::steady_clock::now();
+            try {
+                if (receiving) chorus::recv(sub, std::span<double>(v), 0);
+                else chorus::send(sub, std::span<const double>(v), 0);
+                FAIL("no error although rank 0 never matched the call");
+            } catch (const chorus::error& e) {
+                const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                CHECK(s < 10.0);
+                CHECK(e.code() == chorus::errc::timeout);
+                CHECK(mentions(e, "rank 0"));
+                MESSAGE(std::string(e.what()));
+            }
+            CHECK(sub.broken());
+        }
+        chorus::barrier(comm);
+    }
+}
+
+TEST_CASE("async calls of every kind interleave on one communicator in issue order") {
+    comm_t& comm = world();
+    const int n = comm.size(), r = comm.rank();
+    constexpr int depth = 16;
+    constexpr std::size_t count = 3001;
+    std::vector<std::vector<int>> bufs(depth, std::vector<int>(count));
+    std::vector<chorus::future> fs;
+    for (int k = 0; k < depth; ++k) {
+        for (std::size_t i = 0; i < count; ++i) bufs[std::size_t(k)][i] = int(i % 100) + k * r;
+        std::span<int> b(bufs[std::size_t(k)]);
+        switch (k % 4) {
+        case 0: fs.push_back(chorus::all_reduce_async<chorus::direct<>>(comm, b)); break;
+        case 1: fs.push_back(chorus::all_reduce_async<chorus::ring<>>(comm, b)); break;
+        case 2: fs.push_back(chorus::all_reduce_async<chorus::direct<chorus::direct_params{2, 4096}>>(comm, b)); break;
+        default: fs.push_back(chorus::all_reduce_async<chorus::hierarchical<chorus::direct<>, chorus::direct<>>>(comm, b));
+        }
+    }
+    for (auto& f : fs) f.get();
+    const int rank_sum = n * (n - 1) / 2;
+    for (int k = 0; k < depth; ++k) {
+        CAPTURE(k);
+        bool ok = true;
+        for (std::size_t i = 0; i < count && ok; ++i) ok = bufs[std::size_t(k)][i] == n * int(i % 100) + k * rank_sum;
+        CHECK(ok);
+    }
+}
+
+TEST_CASE("checked mode: v-collectives whose counts disagree fail on every rank with mismatch") {
+    comm_t& comm = world();
+    const int n = comm.size(), r = comm.rank();
+    if (n < 2) return;
+    const bool was_checked = comm.checked();
+    comm.set_checked(true);
+    std::vector<std::size_t> counts(static_cast<std::size_t>(n), 3);
+    if (r == 0) counts[1] = 4; // rank 0 believes rank 1 gives 4
+    const std::size_t total = std::size_t(n) * 3 + (r == 0 ? 1 : 0);
+    std::vector<int> in(counts[std::size_t(r)], r), out(total, -1);
+    try {
+        chorus::all_gatherv<chorus::direct<>>(comm, std::span<const int>(in), std::span<int>(out),
+                                              std::span<const std::size_t>(counts));
+        FAIL("disagreeing counts were not detected");
+    } catch (const chorus::error& e) {
+        CHECK(e.code() == chorus::errc::mismatch);
+    }
+    CHECK(out[0] == -1);
+    comm.set_checked(was_checked);
+    CHECK_FALSE(comm.broken());
+}

@@ -1,0 +1,96 @@
+#pragma once
+//! Every algorithm policy against the serial reference on the threads
+//! backend (the ring's own, larger matrix is test_collectives.cpp):
+//!   policies: see test_policies_*.cpp, each with its default tuning and a
+//!     tuned variant (several channels, tiny chunks: many ragged units)
+//!   x collectives {all_reduce, all_gather, reduce_scatter, broadcast, reduce}
+//!   x (type, operator) pairs: every operator on int32 and float, sum and
+//!     avg on int8, sum on double, argmax on a user struct, and, for the
+//!     policies that keep operand order, a non-commutative user operator
+//!     (affine-map composition)
+//!   x ranks 1..9 x counts {0, 1, n-1, n, n+1, a prime} x in place or not
+//!   x buffers at rank-dependent element offsets with guards.
+//! Inputs are small integers or bit patterns: exact whatever the order.
+//! Tuned variants run AllReduce only (their other collectives take the
+//! same code paths as the default's).
+
+#include "collective_cases.hpp"
+
+#include <atomic>
+#include <initializer_list>
+
+namespace {
+
+inline std::vector<std::size_t> policy_counts(int n, std::size_t extra) {
+    std::vector<std::size_t> v{0, 1, std::size_t(n - 1), std::size_t(n), std::size_t(n + 1), extra};
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    return v;
+}
+
+//! One policy's cases on one communicator (the same sequence on every rank).
+template <class Algo, bool Full>
+void policy_cases(ctx& x, const char* name) {
+    const int n = x.n;
+    const auto counts = policy_counts(n, Full ? 1009 : 211);
+    auto ar = [&]<class T>(T*, auto op) {
+        for (std::size_t c : counts)
+            for (bool ip : {false, true}) case_all_reduce<Algo, T>(x, name, c, ip, op);
+    };
+    for_each_op<all_integral_ops>([&](auto op) { ar(static_cast<std::int32_t*>(nullptr), op); });
+    for_each_op<all_float_ops>([&](auto op) { ar(static_cast<float*>(nullptr), op); });
+    if constexpr (!Algo::reorders_operands) ar(static_cast<affine*>(nullptr), compose_op{});
+    if constexpr (!Full) return;
+    else {
+        ar(static_cast<std::int8_t*>(nullptr), chorus::sum{});
+        ar(static_cast<std::int8_t*>(nullptr), chorus::avg{});
+        ar(static_cast<double*>(nullptr), chorus::sum{});
+        ar(static_cast<indexed*>(nullptr), argmax_op{});
+        for (std::size_t c : counts)
+            for (bool ip : {false, true}) {
+                case_reduce_scatter<Algo, std::int32_t>(x, name, c, ip, chorus::bit_xor{});
+                case_reduce_scatter<Algo, float>(x, name, c, ip, chorus::avg{});
+                case_reduce_scatter<Algo, std::int8_t>(x, name, c, ip, chorus::sum{});
+                case_reduce<Algo, std::int32_t>(x, name, c, ip, chorus::max{});
+                case_reduce<Algo, float>(x, name, c, ip, chorus::sum{});
+                case_reduce<Algo, double>(x, name, c, ip, chorus::avg{});
+                case_all_gather<Algo, std::int8_t>(x, name, c, ip);
+                case_all_gather<Algo, double>(x, name, c, ip);
+                if constexpr (!Algo::reorders_operands) {
+                    case_reduce_scatter<Algo, affine>(x, name, c, ip, compose_op{});
+                    case_reduce<Algo, affine>(x, name, c, ip, compose_op{});
+                }
+            }
+        for (std::size_t c : counts) {
+            case_broadcast<Algo, std::int32_t>(x, name, c);
+            case_broadcast<Algo, double>(x, name, c);
+        }
+    }
+}
+
+//! Runs the cases of policy Algo for n = 1..9; returns calls per rank.
+template <class Algo, bool Full = true>
+std::uint64_t run_policy(const char* name) {
+    failure_log log;
+    std::uint64_t calls = 0;
+    for (int n = 1; n <= 9; ++n) {
+        INFO(name << " on " << n << " ranks");
+        std::atomic<std::uint64_t> ran{0};
+        try {
+            chorus::run_threads(n, [&](comm_t& comm) {
+                comm.set_timeout(std::chrono::seconds(60));
+                ctx x{comm, log, n, comm.rank()};
+                x.k = std::uint64_t(n) * 5;
+                policy_cases<Algo, Full>(x, name);
+                if (x.rank == 0) ran = x.k;
+            });
+        } catch (const std::exception& e) {
+            FAIL_CHECK("run_threads(" << n << ") threw: " << std::string(e.what()));
+        }
+        calls += ran.load();
+    }
+    log.report();
+    return calls;
+}
+
+} // namespace

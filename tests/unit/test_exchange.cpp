@@ -1,0 +1,1099 @@
+// AllToAll, the per-rank-count ("v") collectives and send/recv.
+//
+//   * The exchange schedule (algo/exchange.hpp) by simulation without
+//     threads: every rank's real units under the real wait rules, in random
+//     interleavings, over symbolic elements that record where each element
+//     came from; any two units that could run at the same time are checked
+//     for conflicting accesses, no rank writes a peer's buffer or touches a
+//     buffer of a rank that has not registered or has returned, and what a
+//     rank reads from peers and waits for does not depend on its in_place.
+//   * End to end on the threads backend against serial references: every
+//     collective x n = 1..9 x ragged counts (zeros; one rank with none and
+//     another with many) x in place / out of place x buffers offset by one
+//     element on some ranks (guards checked) x policies x element types.
+//   * Async forms (counts freed right after issuing), bad input (each
+//     argument named), counts that disagree between ranks, and send/recv:
+//     ordering, sizes 0 .. 4 MiB, mismatch, timeouts, a peer that returned.
+
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+using namespace chorus_test;
+using namespace std::chrono_literals;
+using chorus::collective;
+using chorus::operand;
+using chorus::step;
+using chorus::wait_spec;
+using chorus::where;
+using comm_t = chorus::communicator<chorus::threads>;
+using u64 = std::uint64_t;
+
+// ----------------------------------------------------------------------------
+// Geometry shared by the simulator and the end-to-end references.
+
+//! One call's shape: the collective, n, and the counts (AllToAll: `block`).
+struct shape {
+    collective coll = collective::all_to_all;
+    int n = 1;
+    u64 block = 0;
+    std::vector<u64> counts; // v-collectives (n or n*n entries)
+
+    u64 at(int q, int r) const { return counts[std::size_t(q) * static_cast<std::size_t>(n) + std::size_t(r)]; }
+    u64 displ(int q) const {
+        u64 s = 0;
+        for (int j = 0; j < q; ++j) s += counts[std::size_t(j)];
+        return s;
+    }
+    u64 total() const {
+        u64 s = 0;
+        for (u64 c : counts) s += c;
+        return s;
+    }
+    u64 in_len(int r) const {
+        switch (coll) {
+        case collective::all_to_all: return block * u64(n);
+        case collective::all_gatherv: return counts[std::size_t(r)];
+        case collective::reduce_scatterv: return total();
+        default: {
+            u64 s = 0;
+            for (int j = 0; j < n; ++j) s += at(r, j);
+            return s;
+        }
+        }
+    }
+    u64 out_len(int r) const {
+        switch (coll) {
+        case collective::all_to_all: return block * u64(n);
+        case collective::all_gatherv: return total();
+        case collective::reduce_scatterv: return counts[std::size_t(r)];
+        default: {
+            u64 s = 0;
+            for (int q = 0; q < n; ++q) s += at(q, r);
+            return s;
+        }
+        }
+    }
+    //! Copy collectives: element j of rank r's out comes from element
+    //! `index` of rank `src`'s in.
+    void source(int r, u64 j, int& src, u64& index) const {
+        switch (coll) {
+        case collective::all_to_all:
+            src = int(j / block);
+            index = u64(r) * block + j % block;
+            return;
+        case collective::all_gatherv:
+            for (src = 0; j >= counts[std::size_t(src)]; ++src) j -= counts[std::size_t(src)];
+            index = j;
+            return;
+        default:
+            for (src = 0; j >= at(src, r); ++src) j -= at(src, r);
+            index = j;
+            for (int p = 0; p < r; ++p) index += at(src, p);
+            return;
+        }
+    }
+    //! May rank r call in place? (AllToAllV: only when its in and out have the same size.)
+    bool in_place_ok(int r) const { return coll != collective::all_to_allv || in_len(r) == out_len(r); }
+    const u64* counts_ptr() const { return counts.empty() ? nullptr : counts.data(); }
+};
+
+const char* coll_name(collective c) { return chorus::collective_name(c); }
+
+//! Count patterns for n ranks: (AllGatherV / ReduceScatterV) n entries.
+std::vector<std::vector<u64>> vector_patterns(int n, u64 many) {
+    std::vector<std::vector<u64>> out;
+    out.emplace_back(static_cast<std::size_t>(n), 0);                 // all empty
+    out.emplace_back(static_cast<std::size_t>(n), 1);                 // uniform
+    std::vector<u64> ragged(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) ragged[std::size_t(q)] = u64((q * 7 + 3) % 5); // includes zeros
+    out.push_back(ragged);
+    std::vector<u64> skew(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) skew[std::size_t(q)] = u64(q % 3);
+    skew[0] = 0;
+    skew[std::size_t(n > 1 ? 1 : 0)] = many;             // rank 0 none, rank 1 many
+    out.push_back(skew);
+    return out;
+}
+
+//! n x n matrices: random (zeros included), one row/column heavy, symmetric (in place possible everywhere).
+std::vector<std::vector<u64>> matrix_patterns(int n, u64 many, std::mt19937& rng, bool with_zero = true) {
+    std::vector<std::vector<u64>> out;
+    const std::size_t nn = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+    if (with_zero) out.emplace_back(nn, 0);
+    std::uniform_int_distribution<int> d(0, 6);
+    std::vector<u64> rnd(nn);
+    for (auto& c : rnd) c = u64(std::max(0, d(rng) - 1)); // about 2 in 7 zeros
+    out.push_back(rnd);
+    std::vector<u64> heavy(nn, 0);
+    for (int q = 0; q < n; ++q)
+        for (int r = 0; r < n; ++r)
+            heavy[std::size_t(q * n + r)] = q == 1 % n ? many / u64(n) + u64(r) : u64((q + r) % 2);
+    out.push_back(heavy);
+    std::vector<u64> circ(nn); // row sums equal column sums (in place possible), own offsets differ
+    for (int q = 0; q < n; ++q)
+        for (int r = 0; r < n; ++r) {
+            const int d = (r - q + n) % n;
+            circ[std::size_t(q * n + r)] = u64(d * 2 % 5 + 1 + (d == 1));
+        }
+    out.push_back(circ);
+    std::vector<u64> sym(nn);
+    for (int q = 0; q < n; ++q)
+        for (int r = 0; r <= q; ++r) sym[std::size_t(q * n + r)] = sym[std::size_t(r * n + q)] = u64(d(rng));
+    out.push_back(sym);
+    return out;
+}
+
+// ----------------------------------------------------------------------------
+// The schedule simulator.
+
+//! A symbolic element: per-rank contribution counts (7 bits per rank), the
+//! index in its source `in` (+1; 0 = garbage) and epilogues applied.
+struct sym {
+    u64 mask = 0;
+    u64 id = 0;
+    int fin = 0;
+};
+
+struct footprint {
+    int rank;
+    where loc;
+    u64 begin, end;
+};
+bool overlap(const footprint& a, const footprint& b) {
+    return a.rank == b.rank && a.loc == b.loc && a.begin < b.end && b.begin < a.end;
+}
+
+struct xsim {
+    shape sh;
+    std::vector<char> ip; // per rank in place
+    int n, channels;
+    std::vector<chorus::exchange_schedule> sch;
+    std::vector<std::vector<sym>> in, out, scratch;
+    std::vector<std::vector<u64>> done;
+    std::vector<u64> next;
+    std::vector<int> state; // 0 not started, 1 running, 2 final waits, 3 returned
+    std::string error;
+
+    xsim(const shape& s, const std::vector<char>& in_place, int ch, u64 chunk_bytes) : sh(s), ip(in_place), n(s.n) {
+        for (int r = 0; r < n; ++r) {
+            chorus::schedule_args a{sh.coll, r, n, 0, sh.block, 4, ip[std::size_t(r)] != 0, 0};
+            a.counts = sh.counts_ptr();
+            sch.push_back(chorus::make_exchange_schedule(a, ch, chunk_bytes));
+        }
+        channels = sch[0].channels();
+        in.resize(static_cast<std::size_t>(n));
+        out.resize(static_cast<std::size_t>(n));
+        scratch.resize(static_cast<std::size_t>(n));
+        for (int r = 0; r < n; ++r) {
+            const std::size_t ri = std::size_t(r);
+            in[ri].resize(sh.in_len(r));
+            for (u64 i = 0; i < in[ri].size(); ++i) in[ri][i] = {u64(1) << (7 * r), i + 1, 0};
+            out[ri].assign(sh.out_len(r), sym{});
+            scratch[ri].assign(sch[ri].scratch_elems(), sym{});
+            if (sch[ri].scratch_elems() != 0 && sch[ri].scratch_elems() != sh.out_len(r)) error = "scratch size";
+            if (!ip[ri]) continue;
+            if (sh.coll == collective::all_to_all || sh.coll == collective::all_to_allv) out[ri] = in[ri];
+            if (sh.coll == collective::all_gatherv)
+                for (u64 i = 0; i < in[ri].size(); ++i) out[ri][sh.displ(r) + i] = in[ri][i];
+        }
+        done.assign(static_cast<std::size_t>(n), std::vector<u64>(std::size_t(channels), 0));
+        next.assign(static_cast<std::size_t>(n), 0);
+        state.assign(static_cast<std::size_t>(n), 0);
+    }
+
+    u64 total_units(int r) const { return sch[std::size_t(r)].units() * u64(channels); }
+
+    //! In-place aliasing as the API defines it.
+    operand resolve(operand o) const {
+        if (o.loc == where::none || o.loc == where::scratch || !ip[std::size_t(o.rank)]) return o;
+        switch (sh.coll) {
+        case collective::all_to_all:
+        case collective::all_to_allv:
+            if (o.loc == where::in) o.loc = where::out;
+            break;
+        case collective::all_gatherv:
+            if (o.loc == where::in) {
+                o.loc = where::out;
+                o.offset += sh.displ(o.rank);
+            }
+            break;
+        case collective::reduce_scatterv:
+            if (o.loc == where::out) {
+                o.loc = where::in;
+                o.offset += sh.displ(o.rank);
+            }
+            break;
+        default: break;
+        }
+        return o;
+    }
+    std::vector<sym>& vec(const operand& o) {
+        const std::size_t r = std::size_t(o.rank);
+        return o.loc == where::in ? in[r] : o.loc == where::out ? out[r] : scratch[r];
+    }
+
+    step peek(int r, int& c) const {
+        const u64 q = next[std::size_t(r)];
+        c = int(q % u64(channels));
+        return sch[std::size_t(r)].unit(c, q / u64(channels));
+    }
+    bool wait_ok(const wait_spec& w, int self, int c) const {
+        if (w.peer < 0) return true;
+        const int span = w.span > 1 ? int(w.span) : 1;
+        for (int i = 0; i < span; ++i) {
+            const int peer = w.peer + i * int(w.stride);
+            if (span > 1 && peer == self) continue;
+            if (peer < 0 || peer >= n) return false;
+            if (state[std::size_t(peer)] == 0 || done[std::size_t(peer)][std::size_t(c)] < w.units) return false;
+        }
+        return true;
+    }
+    bool enabled(int r, step* s_out = nullptr) const {
+        switch (state[std::size_t(r)]) {
+        case 0: return true;
+        case 1: {
+            int c = 0;
+            const step s = peek(r, c);
+            if (s_out) *s_out = s;
+            for (const auto& w : s.waits)
+                if (!wait_ok(w, r, c)) return false;
+            return true;
+        }
+        case 2: {
+            const wait_spec w = sch[std::size_t(r)].final_wait();
+            for (int c = 0; c < channels; ++c)
+                if (!wait_ok(w, r, c)) return false;
+            return true;
+        }
+        default: return false;
+        }
+    }
+    std::vector<operand> sources(const step& s) const {
+        std::vector<operand> v;
+        if (s.fan_in >= 2) {
+            for (int q = 0; q < int(s.fan_in); ++q) v.push_back(resolve({s.source_rank(q), s.src0.loc, s.src0.offset}));
+        } else {
+            v.push_back(resolve(s.src0));
+            if (s.src1.loc != where::none) v.push_back(resolve(s.src1));
+        }
+        return v;
+    }
+
+    void check_concurrency() {
+        std::vector<std::vector<footprint>> rd(static_cast<std::size_t>(n)), wr(static_cast<std::size_t>(n));
+        for (int r = 0; r < n; ++r) {
+            step s{};
+            if (state[std::size_t(r)] != 1 || !enabled(r, &s) || s.count == 0) continue;
+            for (const operand& o : sources(s))
+                rd[std::size_t(r)].push_back({o.rank, o.loc, o.offset, o.offset + s.count});
+            for (operand o : {s.dst, s.dst2}) {
+                o = resolve(o);
+                if (o.loc != where::none) wr[std::size_t(r)].push_back({o.rank, o.loc, o.offset, o.offset + s.count});
+            }
+        }
+        for (int a = 0; a < n; ++a)
+            for (int b = 0; b < n; ++b) {
+                if (a == b) continue;
+                for (const auto& w : wr[std::size_t(a)]) {
+                    for (const auto& x : rd[std::size_t(b)])
+                        if (overlap(w, x))
+                            error = "rank " + std::to_string(a) + " may write what rank " + std::to_string(b) +
+                                    " reads concurrently";
+                    for (const auto& x : wr[std::size_t(b)])
+                        if (overlap(w, x)) error = "two ranks may write the same elements concurrently";
+                }
+            }
+    }
+
+    void apply(int r) {
+        int& st = state[std::size_t(r)];
+        if (st == 0) {
+            st = total_units(r) ? 1 : 2;
+            return;
+        }
+        if (st == 2) {
+            st = 3;
+            return;
+        }
+        int c = 0;
+        const step s = peek(r, c);
+        if (s.count != 0) {
+            if ((s.dst.rank != r && s.dst.loc != where::none) || s.dst2.loc != where::none) {
+                error = "a step writes another rank's buffer (a push)";
+                return;
+            }
+            const operand dst = resolve(s.dst);
+            const std::vector<operand> srcs = sources(s);
+            std::vector<operand> all = srcs;
+            all.push_back(dst);
+            for (const operand& o : all) {
+                if (o.rank < 0 || o.rank >= n || o.loc == where::none) {
+                    error = "bad operand";
+                    return;
+                }
+                if (state[std::size_t(o.rank)] == 0) error = "touches a buffer of a rank before it registered";
+                if (state[std::size_t(o.rank)] == 3) error = "touches a buffer of a returned rank";
+                if (o.offset + s.count > vec(o).size()) {
+                    error = "operand out of bounds";
+                    return;
+                }
+            }
+            std::vector<sym> tmp(s.count);
+            for (u64 i = 0; i < s.count; ++i) {
+                sym v = vec(srcs[0])[srcs[0].offset + i];
+                for (std::size_t q = 1; q < srcs.size(); ++q) {
+                    const sym& b = vec(srcs[q])[srcs[q].offset + i];
+                    if (b.id != v.id || v.id == 0) error = "combined elements of different indices or garbage";
+                    if (b.fin != 0 || v.fin != 0) error = "combined a finished element";
+                    v.mask += b.mask;
+                }
+                if (s.finish) ++v.fin;
+                tmp[i] = v;
+            }
+            auto& d = vec(dst);
+            for (u64 i = 0; i < s.count; ++i) d[dst.offset + i] = tmp[i];
+        }
+        ++done[std::size_t(r)][std::size_t(c)];
+        if (++next[std::size_t(r)] == total_units(r)) st = 2;
+    }
+
+    bool run(std::mt19937& rng) {
+        if (!error.empty()) return false;
+        for (;;) {
+            std::vector<int> en;
+            bool all_done = true;
+            for (int r = 0; r < n; ++r) {
+                if (state[std::size_t(r)] != 3) all_done = false;
+                if (enabled(r)) en.push_back(r);
+            }
+            if (all_done) return true;
+            if (en.empty()) {
+                error = "deadlock";
+                return false;
+            }
+            check_concurrency();
+            if (!error.empty()) return false;
+            apply(en[std::uniform_int_distribution<std::size_t>(0, en.size() - 1)(rng)]);
+            if (!error.empty()) return false;
+        }
+    }
+
+    std::string verify() const {
+        u64 all = 0;
+        for (int r = 0; r < n; ++r) all += u64(1) << (7 * r);
+        for (int r = 0; r < n; ++r) {
+            const std::size_t ri = std::size_t(r);
+            for (u64 j = 0; j < sh.out_len(r); ++j) {
+                const std::string at = "rank " + std::to_string(r) + " out[" + std::to_string(j) + "]";
+                if (sh.coll == collective::reduce_scatterv) {
+                    const sym& v = ip[ri] ? in[ri][sh.displ(r) + j] : out[ri][j];
+                    if (v.id != sh.displ(r) + j + 1 || v.mask != all || v.fin != 1) return at + " is not the reduction";
+                    continue;
+                }
+                int src = 0;
+                u64 index = 0;
+                sh.source(r, j, src, index);
+                const sym& v = out[ri][j];
+                if (v.id != index + 1 || v.mask != u64(1) << (7 * src) || v.fin != 0)
+                    return at + " does not hold element " + std::to_string(index) + " of rank " + std::to_string(src);
+            }
+        }
+        return "";
+    }
+};
+
+//! What rank r reads from peers and which peer progress it waits for.
+struct peer_traffic {
+    std::vector<std::vector<u64>> reads, waits;
+    bool operator==(const peer_traffic&) const = default;
+};
+peer_traffic traffic(const chorus::exchange_schedule& s) {
+    peer_traffic t;
+    auto add_wait = [&](const wait_spec& w, int c) {
+        if (w.peer < 0) return;
+        const int span = w.span > 1 ? int(w.span) : 1;
+        for (int i = 0; i < span; ++i) {
+            const int peer = w.peer + i * int(w.stride);
+            if (span > 1 && peer == s.rank()) continue;
+            t.waits.push_back({u64(c), u64(peer), w.units});
+        }
+    };
+    for (int c = 0; c < s.channels(); ++c) {
+        for (u64 p = 0; p < s.units(); ++p) {
+            const step st = s.unit(c, p);
+            for (const auto& w : st.waits) add_wait(w, c);
+            if (st.count == 0) continue;
+            const int fan = st.fan_in >= 2 ? int(st.fan_in) : 1;
+            for (int q = 0; q < fan; ++q) {
+                const int src = fan > 1 ? st.source_rank(q) : st.src0.rank;
+                if (src != s.rank()) t.reads.push_back({u64(src), u64(st.src0.loc), st.src0.offset, st.count});
+            }
+        }
+        add_wait(s.final_wait(), c);
+    }
+    for (auto* v : {&t.reads, &t.waits}) {
+        std::sort(v->begin(), v->end());
+        v->erase(std::unique(v->begin(), v->end()), v->end());
+    }
+    return t;
+}
+
+// ----------------------------------------------------------------------------
+// End-to-end helpers.
+
+template <class T>
+T value_of(int rank, u64 i) {
+    if constexpr (sizeof(T) == 1) return static_cast<T>((rank * 31 + int(i % 251) * 7 + 1) & 0x7f);
+    else return static_cast<T>(rank * 1000 + int(i % 997) + 1);
+}
+//! Small values for reductions: sums over 9 ranks stay exact in every type.
+template <class T>
+T red_value(int rank, u64 i) {
+    return static_cast<T>((rank * 3 + int(i % 13)) % 11 + 1);
+}
+
+template <class T, class Op>
+T red_reference(int n, u64 i) {
+    if constexpr (std::is_same_v<Op, chorus::max>) {
+        int m = 0;
+        for (int q = 0; q < n; ++q) m = std::max(m, int(red_value<T>(q, i)));
+        return static_cast<T>(m);
+    } else {
+        long long s = 0;
+        for (int q = 0; q < n; ++q) s += (long long)red_value<T>(q, i);
+        if constexpr (std::is_same_v<Op, chorus::avg>) return static_cast<T>(static_cast<T>(s) / static_cast<T>(n));
+        else return static_cast<T>(s);
+    }
+}
+
+std::vector<std::size_t> sizes(const std::vector<u64>& c) { return std::vector<std::size_t>(c.begin(), c.end()); }
+
+//! Runs one call shape on one rank and checks its result; failures go to `log`.
+template <class Algo, class T, class Op = chorus::sum>
+void run_case(comm_t& comm, const shape& sh, bool in_place, std::size_t off, failure_log& log, const std::string& tag,
+              bool async = false) {
+    const int r = comm.rank(), n = comm.size();
+    const std::vector<std::size_t> cnt = sizes(sh.counts);
+    const std::span<const std::size_t> cs(cnt);
+    const std::size_t in_len = sh.in_len(r), out_len = sh.out_len(r);
+    const bool reducing = sh.coll == collective::reduce_scatterv;
+    auto val = [&](int q, u64 i) { return reducing ? red_value<T>(q, i) : value_of<T>(q, i); };
+    std::string where_ = tag + " " + coll_name(sh.coll) + " n=" + std::to_string(n) + " rank " + std::to_string(r) +
+                         (in_place ? " in place" : " out of place") + " offset " + std::to_string(off);
+    auto issue = [&](auto&& call_sync, auto&& call_async) {
+        if (async) {
+            chorus::future f = call_async();
+            f.wait();
+        } else {
+            call_sync();
+        }
+    };
+    // big: the in-place buffer (or out); small: in for out of place.
+    std::size_t big_len = in_place ? std::max(in_len, out_len) : out_len;
+    if (reducing && in_place) big_len = in_len;
+    guarded<T> big(big_len, off), small(in_place ? 0 : in_len, 1 - off);
+    std::span<T> in_s, out_s;
+    const u64 displ = sh.coll == collective::all_gatherv || reducing ? sh.displ(r) : 0;
+    if (in_place) {
+        if (sh.coll == collective::all_gatherv) {
+            for (u64 i = 0; i < in_len; ++i) big[displ + i] = val(r, i);
+            in_s = big.span().subspan(displ, in_len);
+            out_s = big.span();
+        } else if (reducing) {
+            for (u64 i = 0; i < in_len; ++i) big[i] = val(r, i);
+            in_s = big.span();
+            out_s = big.span().subspan(displ, out_len);
+        } else {
+            for (u64 i = 0; i < in_len; ++i) big[i] = val(r, i);
+            in_s = big.span();
+            out_s = big.span();
+        }
+    } else {
+        for (u64 i = 0; i < in_len; ++i) small[i] = val(r, i);
+        in_s = small.span();
+        out_s = big.span();
+    }
+    const std::span<const T> in_c(in_s.data(), in_s.size());
+    try {
+        switch (sh.coll) {
+        case collective::all_to_all:
+            issue([&] { chorus::all_to_all<Algo>(comm, in_c, out_s); },
+                  [&] { return chorus::all_to_all_async<Algo>(comm, in_c, out_s); });
+            break;
+        case collective::all_gatherv:
+            issue([&] { chorus::all_gatherv<Algo>(comm, in_c, out_s, cs); },
+                  [&] { return chorus::all_gatherv_async<Algo>(comm, in_c, out_s, cs); });
+            break;
+        case collective::reduce_scatterv:
+            issue([&] { chorus::reduce_scatterv<Algo>(comm, in_c, out_s, cs, Op{}); },
+                  [&] { return chorus::reduce_scatterv_async<Algo>(comm, in_c, out_s, cs, Op{}); });
+            break;
+        default:
+            issue([&] { chorus::all_to_allv<Algo>(comm, in_c, out_s, cs); },
+                  [&] { return chorus::all_to_allv_async<Algo>(comm, in_c, out_s, cs); });
+            break;
+        }
+    } catch (const std::exception& e) {
+        log.add(where_ + ": threw " + e.what());
+        return;
+    }
+    for (u64 j = 0; j < out_len; ++j) {
+        T want{};
+        if (reducing) {
+            want = red_reference<T, Op>(n, displ + j);
+        } else {
+            int src = 0;
+            u64 index = 0;
+            sh.source(r, j, src, index);
+            want = value_of<T>(src, index);
+        }
+        const T got = out_s[j];
+        if (!same_bits(got, want)) {
+            log.add(where_ + ": out[" + std::to_string(j) + "] = " + show(got) + ", want " + show(want));
+            return;
+        }
+    }
+    if (!in_place)
+        for (u64 i = 0; i < in_len; ++i)
+            if (!same_bits(small[i], val(r, i))) {
+                log.add(where_ + ": `in` changed");
+                return;
+            }
+    if (!big.guards_intact() || !small.guards_intact()) log.add(where_ + ": a guard element was written");
+}
+
+//! Every collective, pattern and placement for one (policy, type) on n ranks.
+template <class Algo, class T, bool AllOps>
+void suite(int n, failure_log& log, const std::string& tag) {
+    std::mt19937 rng(unsigned(1000 + n)); // the same matrices on every rank: drawn before the threads start
+    const u64 many = under_tsan ? 300 : 1021;
+    std::vector<shape> shapes;
+    for (u64 b : {u64(0), u64(1), u64(3), u64(17)}) shapes.push_back({collective::all_to_all, n, b, {}});
+    for (const auto& c : vector_patterns(n, many)) {
+        shapes.push_back({collective::all_gatherv, n, 0, c});
+        shapes.push_back({collective::reduce_scatterv, n, 0, c});
+    }
+    for (const auto& c : matrix_patterns(n, many, rng)) shapes.push_back({collective::all_to_allv, n, 0, c});
+    chorus::run_threads(n, [&](comm_t& comm) {
+        comm.set_timeout(60s);
+        const int r = comm.rank();
+        int k = 0;
+        for (const shape& sh : shapes) {
+            for (int placement = 0; placement < 2; ++placement) {
+                ++k;
+                // Every rank calls in place or not as it likes (AllToAllV: where sizes allow).
+                const bool ip = placement == 1 && sh.in_place_ok(r) && (r + k) % 3 != 0;
+                const std::size_t off = std::size_t((r + k) % 2);
+                if (sh.coll == collective::reduce_scatterv) {
+                    run_case<Algo, T, chorus::sum>(comm, sh, ip, off, log, tag);
+                    if constexpr (AllOps) {
+                        run_case<Algo, T, chorus::max>(comm, sh, ip, off, log, tag + " max");
+                        run_case<Algo, T, chorus::avg>(comm, sh, ip, off, log, tag + " avg");
+                    }
+                } else {
+                    run_case<Algo, T>(comm, sh, ip, off, log, tag);
+                }
+            }
+        }
+    });
+}
+
+template <class Algo, class T, bool AllOps>
+void suite_all_n(const std::string& tag) {
+    failure_log log;
+    for (int n = 1; n <= 9; ++n) suite<Algo, T, AllOps>(n, log, tag);
+    log.report();
+}
+
+using ring_tiny = chorus::ring<{.channels = 3, .chunk_bytes = 16}>;
+using direct_tiny = chorus::direct<{.channels = 2, .chunk_bytes = 32}>;
+
+template <class F>
+chorus::errc code_of(F&& f, std::string* what = nullptr) {
+    try {
+        f();
+    } catch (const chorus::error& e) {
+        if (what) *what = e.what();
+        return e.code();
+    }
+    return chorus::errc::internal; // "did not throw"
+}
+
+} // namespace
+
+// ============================================================================
+
+TEST_CASE("exchange schedules are trivially copyable constant expressions") {
+    static_assert(std::is_trivially_copyable_v<chorus::exchange_schedule>);
+    static constexpr u64 counts[9] = {0, 2, 1, 3, 0, 4, 5, 5, 1}; // 3 x 3
+    constexpr chorus::schedule_args a = [] {
+        chorus::schedule_args x{collective::all_to_allv, 1, 3, 0, 0, 4, false, 0};
+        x.counts = counts;
+        return x;
+    }();
+    constexpr chorus::exchange_schedule s = chorus::make_exchange_schedule(a, 1, 1 << 20);
+    static_assert(s.units() == 3);
+    CHECK(s.final_wait().units == 3);
+    // rank 1 first copies its own block (counts[1*3+1] = 0), then pulls from rank 2 counts[2*3+1] = 5
+    // elements at offset counts[2*3+0] = 5 of rank 2's in, into out at counts[0*3+1] + counts[1*3+1] = 2.
+    constexpr step st = s.unit(0, 1);
+    CHECK(st.src0.rank == 2);
+    CHECK(st.src0.offset == 5);
+    CHECK(st.count == 5);
+    CHECK(st.dst.offset == 2);
+    CHECK(st.dst.rank == 1);
+    CHECK(st.waits[0].peer == 2);
+    CHECK(chorus::make_exchange_schedule([] {
+              chorus::schedule_args x{collective::all_to_all, 0, 4, 0, 10, 4, true, 0};
+              return x;
+          }(),
+                                         1, 1 << 20)
+              .scratch_elems() == 40);
+}
+
+TEST_CASE("exchange schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    std::mt19937 rng(2024);
+    int runs = 0;
+    struct tuning {
+        int channels;
+        u64 chunk_bytes;
+    };
+    const tuning tunings[] = {{1, 16}, {2, 16}, {3, 4096}, {1, 1 << 20}};
+    for (int n = 1; n <= 9; ++n) {
+        std::vector<shape> shapes;
+        for (u64 b : {u64(0), u64(1), u64(5)}) shapes.push_back({collective::all_to_all, n, b, {}});
+        for (const auto& c : vector_patterns(n, 13)) {
+            shapes.push_back({collective::all_gatherv, n, 0, c});
+            shapes.push_back({collective::reduce_scatterv, n, 0, c});
+        }
+        for (const auto& c : matrix_patterns(n, 13, rng, false)) shapes.push_back({collective::all_to_allv, n, 0, c});
+        for (const shape& sh : shapes) {
+            for (int placement = 0; placement < 3; ++placement) { // none, all, mixed in place
+                std::vector<char> ip(static_cast<std::size_t>(n));
+                for (int r = 0; r < n; ++r)
+                    ip[std::size_t(r)] = sh.in_place_ok(r) && (placement == 1 || (placement == 2 && r % 2 == 1));
+                for (const tuning& t : tunings) {
+                    const int tries = n <= 4 ? 2 : 1;
+                    for (int i = 0; i < tries; ++i) {
+                        xsim s(sh, ip, t.channels, t.chunk_bytes);
+                        const bool ok = s.run(rng);
+                        ++runs;
+                        const std::string coll = coll_name(sh.coll);
+                        CAPTURE(coll);
+                        CAPTURE(n);
+                        CAPTURE(placement);
+                        CAPTURE(t.channels);
+                        CAPTURE(t.chunk_bytes);
+                        CAPTURE(sh.block);
+                        REQUIRE_MESSAGE(ok, s.error);
+                        const std::string v = s.verify();
+                        REQUIRE_MESSAGE(v.empty(), v);
+                    }
+                    // The invariant: peer reads and waits do not depend on the reader's in_place.
+                    for (int r = 0; r < n; ++r) {
+                        if (!sh.in_place_ok(r)) continue;
+                        chorus::schedule_args a{sh.coll, r, n, 0, sh.block, 4, false, 0};
+                        a.counts = sh.counts_ptr();
+                        const auto out_of_place = chorus::make_exchange_schedule(a, t.channels, t.chunk_bytes);
+                        a.in_place = true;
+                        const auto in_place = chorus::make_exchange_schedule(a, t.channels, t.chunk_bytes);
+                        CAPTURE(r);
+                        CHECK(traffic(out_of_place) == traffic(in_place));
+                        CHECK(out_of_place.chunks == in_place.chunks);
+                    }
+                }
+            }
+        }
+    }
+    MESSAGE("simulated runs: " << runs);
+}
+
+TEST_CASE("exchange collectives match a serial reference - ring and int32") {
+    suite_all_n<chorus::ring<>, std::int32_t, true>("ring<> int32");
+}
+TEST_CASE("exchange collectives match a serial reference - direct and float") {
+    suite_all_n<chorus::direct<>, float, true>("direct<> float");
+}
+TEST_CASE("exchange collectives match a serial reference - hierarchical and uint8") {
+    suite_all_n<chorus::hierarchical<>, std::uint8_t, true>("hierarchical<> uint8");
+}
+TEST_CASE("exchange collectives match a serial reference - the other policy and type pairs") {
+    suite_all_n<chorus::ring<>, float, false>("ring<> float");
+    suite_all_n<chorus::ring<>, std::uint8_t, false>("ring<> uint8");
+    suite_all_n<chorus::direct<>, std::int32_t, false>("direct<> int32");
+    suite_all_n<chorus::direct<>, std::uint8_t, false>("direct<> uint8");
+    suite_all_n<chorus::hierarchical<>, std::int32_t, false>("hierarchical<> int32");
+    suite_all_n<chorus::hierarchical<>, float, false>("hierarchical<> float");
+}
+TEST_CASE("exchange collectives with several channels and tiny chunks") {
+    suite_all_n<ring_tiny, std::int32_t, false>("ring<3ch,16B> int32");
+    suite_all_n<direct_tiny, std::uint8_t, true>("direct<2ch,32B> uint8");
+}
+
+TEST_CASE("exchange collectives with large ragged counts") {
+    // rank 0 contributes nothing, rank 1 about a million elements.
+    failure_log log;
+    const u64 big = under_tsan ? 100003 : 1000003;
+    for (int n : {2, 3, 5}) {
+        std::vector<u64> c(static_cast<std::size_t>(n), 0);
+        c[1] = big;
+        for (int q = 2; q < n; ++q) c[std::size_t(q)] = u64(q * 1000 + 1);
+        std::vector<u64> m(std::size_t(n * n), 0);
+        for (int q = 0; q < n; ++q)
+            for (int r = 0; r < n; ++r) m[std::size_t(q * n + r)] = q == 1 ? big / u64(n) + u64(r) : u64(q + r);
+        const shape shapes[] = {{collective::all_gatherv, n, 0, c},
+                                {collective::reduce_scatterv, n, 0, c},
+                                {collective::all_to_allv, n, 0, m},
+                                {collective::all_to_all, n, big / u64(n * n), {}}};
+        chorus::run_threads(n, [&](comm_t& comm) {
+            comm.set_timeout(120s);
+            for (const shape& sh : shapes)
+                for (int ip = 0; ip < 2; ++ip)
+                    run_case<chorus::ring<{.channels = 2, .chunk_bytes = 64 << 10}>, float>(
+                        comm, sh, ip == 1 && sh.in_place_ok(comm.rank()), std::size_t(comm.rank() % 2), log, "large");
+        });
+    }
+    log.report();
+}
+
+TEST_CASE("exchange collectives async - several in flight, counts freed after issuing") {
+    failure_log log;
+    for (int n : {1, 3, 4}) {
+        chorus::run_threads(n, [&](comm_t& comm) {
+            comm.set_timeout(60s);
+            const int r = comm.rank();
+            // a2a, agv, rsv, a2av in flight together, issued from temporaries
+            std::vector<u64> c(static_cast<std::size_t>(n));
+            for (int q = 0; q < n; ++q) c[std::size_t(q)] = u64(q * 3 % 4 + (q == 1 ? 50 : 0));
+            shape agv{collective::all_gatherv, n, 0, c}, rsv{collective::reduce_scatterv, n, 0, c};
+            std::vector<u64> m(std::size_t(n * n));
+            for (std::size_t i = 0; i < m.size(); ++i) m[i] = u64((i * 5 + 1) % 7);
+            shape a2av{collective::all_to_allv, n, 0, m};
+            const u64 blk = 9;
+            std::vector<std::int32_t> a_in(blk * u64(n)), a_out(blk * u64(n));
+            for (u64 i = 0; i < a_in.size(); ++i) a_in[i] = value_of<std::int32_t>(r, i);
+            std::vector<std::int32_t> g_in(agv.in_len(r)), g_out(agv.out_len(r));
+            for (u64 i = 0; i < g_in.size(); ++i) g_in[i] = value_of<std::int32_t>(r, i);
+            std::vector<std::int32_t> s_in(rsv.in_len(r)), s_out(rsv.out_len(r));
+            for (u64 i = 0; i < s_in.size(); ++i) s_in[i] = red_value<std::int32_t>(r, i);
+            std::vector<std::int32_t> v_in(a2av.in_len(r)), v_out(a2av.out_len(r));
+            for (u64 i = 0; i < v_in.size(); ++i) v_in[i] = value_of<std::int32_t>(r, i);
+            std::vector<chorus::future> fs;
+            fs.push_back(chorus::all_to_all_async(comm, std::span<const std::int32_t>(a_in), std::span(a_out)));
+            {
+                const std::vector<std::size_t> tmp = sizes(c);
+                fs.push_back(chorus::all_gatherv_async(comm, std::span<const std::int32_t>(g_in), std::span(g_out),
+                                                       std::span<const std::size_t>(tmp)));
+                fs.push_back(chorus::reduce_scatterv_async(comm, std::span<const std::int32_t>(s_in),
+                                                           std::span(s_out), std::span<const std::size_t>(tmp)));
+            }
+            {
+                const std::vector<std::size_t> tmp = sizes(m);
+                fs.push_back(chorus::all_to_allv_async<chorus::direct<>>(comm, std::span<const std::int32_t>(v_in),
+                                                                         std::span(v_out),
+                                                                         std::span<const std::size_t>(tmp)));
+            }
+            try {
+                for (auto& f : fs) f.get();
+            } catch (const std::exception& e) {
+                log.add(std::string("async threw ") + e.what());
+                return;
+            }
+            const shape a2a{collective::all_to_all, n, blk, {}};
+            auto check_copy = [&](const shape& sh, const std::vector<std::int32_t>& out, const char* what) {
+                for (u64 j = 0; j < out.size(); ++j) {
+                    int src = 0;
+                    u64 index = 0;
+                    sh.source(r, j, src, index);
+                    if (out[j] != value_of<std::int32_t>(src, index)) {
+                        log.add(std::string(what) + " wrong at " + std::to_string(j));
+                        return;
+                    }
+                }
+            };
+            check_copy(a2a, a_out, "all_to_all_async");
+            check_copy(agv, g_out, "all_gatherv_async");
+            check_copy(a2av, v_out, "all_to_allv_async");
+            for (u64 j = 0; j < s_out.size(); ++j)
+                if (s_out[j] != red_reference<std::int32_t, chorus::sum>(n, rsv.displ(r) + j)) {
+                    log.add("reduce_scatterv_async wrong at " + std::to_string(j));
+                    break;
+                }
+            // One async call through run_case too (per collective).
+            int k = 0;
+            for (const shape& sh : {a2a, agv, rsv, a2av})
+                run_case<chorus::ring<>, std::int32_t>(comm, sh, ++k % 2 == 0 && sh.in_place_ok(r), 1, log, "async",
+                                                       true);
+        });
+    }
+    log.report();
+}
+
+TEST_CASE("exchange collectives reject bad input naming the argument") {
+    chorus::run_threads(2, [](comm_t& comm) {
+        using chorus::errc;
+        const int r = comm.rank();
+        std::vector<int> a(8), b(8), big(64);
+        const std::span<const int> ca(a);
+        std::string w;
+        auto expect = [&](auto&& f, const std::string& needle) {
+            w.clear();
+            const errc e = code_of(f, &w);
+            CHECK_MESSAGE(e == errc::invalid_argument, needle << ": " << w);
+            CHECK_MESSAGE(contains(w, needle), w);
+        };
+        // all_to_all
+        expect([&] { chorus::all_to_all(comm, ca, std::span(b).first(6)); }, "`out`");
+        expect([&] { chorus::all_to_all(comm, ca.first(7), std::span(b).first(7)); }, "`in`");
+        expect([&] { chorus::all_to_all(comm, std::span<const int>(big).subspan(2, 8), std::span(big).first(8)); },
+               "overlaps");
+        // all_gatherv: counts {3, 1}
+        const std::vector<std::size_t> c2{3, 1}, c3{3, 1, 2};
+        const std::span<const std::size_t> s2(c2), s3(c3);
+        expect([&] { chorus::all_gatherv(comm, ca.first(c2[std::size_t(r)]), std::span(b).first(4), s3); }, "`counts`");
+        expect([&] { chorus::all_gatherv(comm, ca.first(2), std::span(b).first(4), s2); }, "`in`");
+        expect([&] { chorus::all_gatherv(comm, ca.first(c2[std::size_t(r)]), std::span(b).first(5), s2); }, "`out`");
+        expect([&] {
+            chorus::all_gatherv(comm, std::span<const int>(big).subspan(r == 0 ? 1 : 0, c2[std::size_t(r)]),
+                                std::span(big).first(4), s2);
+        }, "overlaps");
+        // reduce_scatterv
+        expect([&] { chorus::reduce_scatterv(comm, ca.first(4), std::span(b).first(c2[std::size_t(r)]), s3); },
+               "`counts`");
+        expect([&] { chorus::reduce_scatterv(comm, ca.first(5), std::span(b).first(c2[std::size_t(r)]), s2); }, "`in`");
+        expect([&] { chorus::reduce_scatterv(comm, ca.first(4), std::span(b).first(2), s2); }, "`out`");
+        // all_to_allv: counts {1,2; 3,0}: rank 0 sends 3, receives 4; rank 1 sends 3, receives 2
+        const std::vector<std::size_t> m{1, 2, 3, 0};
+        const std::span<const std::size_t> sm(m);
+        const std::size_t sends = 3, recvs = r == 0 ? 4 : 2;
+        expect([&] { chorus::all_to_allv(comm, ca.first(sends), std::span(b).first(recvs), s3); }, "`counts`");
+        expect([&] { chorus::all_to_allv(comm, ca.first(sends + 1), std::span(b).first(recvs), sm); }, "`in`");
+        expect([&] { chorus::all_to_allv(comm, ca.first(sends), std::span(b).first(recvs + 1), sm); }, "`out`");
+        expect([&] { chorus::all_to_allv(comm, std::span<const int>(b).first(sends), std::span(b).first(recvs), sm); },
+               "in.size() == out.size()");
+        const std::size_t huge = std::numeric_limits<std::size_t>::max();
+        const std::vector<std::size_t> mo{huge, 1, 1, 1};
+        expect([&] {
+            chorus::all_to_allv(comm, ca.first(sends), std::span(b).first(recvs), std::span<const std::size_t>(mo));
+        }, "overflows");
+        expect([&] {
+            chorus::all_gatherv(comm, ca.first(1), std::span(b).first(4),
+                                std::span<const std::size_t>(static_cast<const std::size_t*>(nullptr), 2));
+        }, "`counts`");
+        // send / recv
+        expect([&] { chorus::send(comm, ca, 2); }, "`peer`");
+        expect([&] { chorus::send(comm, ca, -1); }, "`peer`");
+        expect([&] { chorus::recv(comm, std::span(b), r); }, "`peer`");
+        expect([&] { chorus::recv(comm, std::span<int>(static_cast<int*>(nullptr), 3), 1 - r); }, "`buf`");
+        // Nothing above reached the backend: the communicator still works.
+        std::vector<int> o(4);
+        const std::vector<std::size_t> one{1, 3};
+        std::vector<int> mine(one[std::size_t(r)], r + 1);
+        chorus::all_gatherv(comm, std::span<const int>(mine), std::span(o), std::span<const std::size_t>(one));
+        CHECK(o == std::vector<int>{1, 2, 2, 2});
+    });
+}
+
+TEST_CASE("exchange collectives whose counts differ between ranks fail with errc::mismatch") {
+    for (bool checked : {false, true}) {
+        std::atomic<int> mismatches{0};
+        std::vector<std::string> whats(2);
+        chorus::run_threads(2, [&](comm_t& comm) {
+            comm.set_timeout(20s);
+            comm.set_checked(checked);
+            const int r = comm.rank();
+            // rank 0 says {2, 2}, rank 1 says {1, 3}: both consistent with their own sizes
+            const std::vector<std::size_t> c = r == 0 ? std::vector<std::size_t>{2, 2} : std::vector<std::size_t>{1, 3};
+            std::vector<int> in(c[std::size_t(r)], r), out(4);
+            std::string w;
+            const chorus::errc e = code_of(
+                [&] {
+                    chorus::all_gatherv(comm, std::span<const int>(in), std::span(out),
+                                        std::span<const std::size_t>(c));
+                },
+                &w);
+            if (e == chorus::errc::mismatch) ++mismatches;
+            whats[std::size_t(r)] = w;
+        });
+        CAPTURE(checked);
+        CAPTURE(whats[0]);
+        CAPTURE(whats[1]);
+        CHECK(mismatches == 2);
+        CHECK(contains(whats[0], "counts #"));
+    }
+}
+
+TEST_CASE("send and recv deliver in issue order, sizes 0 to 4 MiB") {
+    const std::vector<std::size_t> lens = {0, 1, 7, 1000, 0, (std::size_t(1) << 20) + 3, 5};
+    failure_log log;
+    for (int n : {2, 3, 5}) {
+        chorus::run_threads(n, [&](comm_t& comm) {
+            comm.set_timeout(60s);
+            const int r = comm.rank();
+            auto fill = [](int src, int dst, std::size_t k, std::size_t len) {
+                std::vector<std::int32_t> v(len);
+                for (std::size_t i = 0; i < len; ++i)
+                    v[i] = std::int32_t(src * 1000000 + dst * 10000 + int(k) * 100 + int(i % 97));
+                return v;
+            };
+            // rank 0 sends every message to every peer (sync to the first, async to the rest)
+            if (r == 0) {
+                for (int d = 1; d < n; ++d) {
+                    std::vector<std::vector<std::int32_t>> bufs;
+                    std::vector<chorus::future> fs;
+                    for (std::size_t k = 0; k < lens.size(); ++k) bufs.push_back(fill(0, d, k, lens[k]));
+                    for (std::size_t k = 0; k < lens.size(); ++k) {
+                        if (d == 1) chorus::send(comm, std::span<const std::int32_t>(bufs[k]), d);
+                        else fs.push_back(chorus::send_async(comm, std::span<const std::int32_t>(bufs[k]), d));
+                    }
+                    for (auto& f : fs) f.get();
+                }
+            } else {
+                std::vector<std::vector<std::int32_t>> got(lens.size());
+                std::vector<chorus::future> fs;
+                for (std::size_t k = 0; k < lens.size(); ++k) {
+                    got[k].assign(lens[k], -1);
+                    if (r % 2 == 0) fs.push_back(chorus::recv_async(comm, std::span(got[k]), 0));
+                    else chorus::recv(comm, std::span(got[k]), 0);
+                }
+                for (auto& f : fs) f.get();
+                for (std::size_t k = 0; k < lens.size(); ++k)
+                    if (got[k] != fill(0, r, k, lens[k]))
+                        log.add("message " + std::to_string(k) + " to rank " + std::to_string(r) + " is wrong");
+            }
+            // a ring shift: rank r sends to r+1 and receives from r-1 (even ranks send first)
+            const int to = (r + 1) % n, from = (r + n - 1) % n;
+            std::vector<std::int32_t> mine = fill(r, to, 9, 33), theirs(33);
+            if (r % 2 == 0) {
+                chorus::send(comm, std::span<const std::int32_t>(mine), to);
+                chorus::recv(comm, std::span(theirs), from);
+            } else {
+                chorus::recv(comm, std::span(theirs), from);
+                chorus::send(comm, std::span<const std::int32_t>(mine), to);
+            }
+            if (theirs != fill(from, r, 9, 33)) log.add("ring shift wrong on rank " + std::to_string(r));
+            // point-to-point does not disturb the collectives' sequence
+            std::vector<std::int32_t> x(static_cast<std::size_t>(n)), y(static_cast<std::size_t>(n));
+            for (int q = 0; q < n; ++q) x[std::size_t(q)] = r * 10 + q;
+            chorus::all_to_all(comm, std::span<const std::int32_t>(x), std::span(y));
+            for (int q = 0; q < n; ++q)
+                if (y[std::size_t(q)] != q * 10 + r) log.add("all_to_all after send/recv wrong");
+        });
+    }
+    log.report();
+}
+
+TEST_CASE("send and recv with different sizes or types both fail with errc::mismatch") {
+    std::vector<std::string> whats(2), whats2(2);
+    std::vector<chorus::errc> codes(2, chorus::errc::internal), codes2(2, chorus::errc::internal);
+    std::atomic<int> after_ok{0};
+    chorus::run_threads(2, [&](comm_t& comm) {
+        comm.set_timeout(20s);
+        const int r = comm.rank();
+        std::vector<int> five(5, 1), seven(7);
+        std::vector<float> fl(5);
+        std::size_t ri = std::size_t(r);
+        if (r == 0) codes[ri] = code_of([&] { chorus::send(comm, std::span<const int>(five), 1); }, &whats[ri]);
+        else codes[ri] = code_of([&] { chorus::recv(comm, std::span(seven), 0); }, &whats[ri]);
+        if (r == 0) codes2[ri] = code_of([&] { chorus::send(comm, std::span<const int>(five), 1); }, &whats2[ri]);
+        else codes2[ri] = code_of([&] { chorus::recv(comm, std::span(fl), 0); }, &whats2[ri]);
+        // the pair is still in step afterwards
+        std::vector<int> got(5);
+        if (r == 0) chorus::send(comm, std::span<const int>(five), 1);
+        else chorus::recv(comm, std::span(got), 0);
+        if (r == 0 || got == five) ++after_ok;
+    });
+    for (int r = 0; r < 2; ++r) {
+        CAPTURE(whats[std::size_t(r)]);
+        CAPTURE(whats2[std::size_t(r)]);
+        CHECK(codes[std::size_t(r)] == chorus::errc::mismatch);
+        CHECK(contains(whats[std::size_t(r)], "sends 5 elements"));
+        CHECK(contains(whats[std::size_t(r)], "receives 7 elements"));
+        CHECK(codes2[std::size_t(r)] == chorus::errc::mismatch);
+        CHECK(contains(whats2[std::size_t(r)], "float"));
+    }
+    CHECK(after_ok == 2);
+}
+
+TEST_CASE("recv times out when the peer never sends, send times out when the peer never receives") {
+    for (bool sender_waits : {false, true}) {
+        std::vector<chorus::errc> codes(2, chorus::errc::internal);
+        std::vector<std::string> whats(2);
+        std::vector<double> after(2, 0);
+        chorus::run_threads(2, [&](comm_t& comm) {
+            const int r = comm.rank();
+            comm.set_timeout(150ms);
+            std::vector<int> buf(100, 3);
+            const int waiter = sender_waits ? 0 : 1;
+            if (r == waiter) {
+                const auto t0 = steady::now();
+                codes[std::size_t(r)] = code_of(
+                    [&] {
+                        if (sender_waits) chorus::send(comm, std::span<const int>(buf), 1);
+                        else chorus::recv(comm, std::span(buf), 0);
+                    },
+                    &whats[std::size_t(r)]);
+                after[std::size_t(r)] = seconds_since(t0);
+            } else {
+                // Stay alive past the peer's deadline, then come late: the
+                // communicator is broken by then, so the call fails at once.
+                std::this_thread::sleep_for(400ms);
+                std::vector<int> late(100);
+                codes[std::size_t(r)] = code_of(
+                    [&] {
+                        if (sender_waits) chorus::recv(comm, std::span(late), 0);
+                        else chorus::send(comm, std::span<const int>(late), 1);
+                    },
+                    &whats[std::size_t(r)]);
+            }
+        });
+        const std::size_t w = sender_waits ? 0 : 1, o = 1 - w;
+        CAPTURE(sender_waits);
+        CAPTURE(whats[w]);
+        CAPTURE(whats[o]);
+        CHECK(codes[w] == chorus::errc::timeout);
+        CHECK(contains(whats[w], "timed out"));
+        CHECK(contains(whats[w], "message #1"));
+        CHECK(after[w] >= 0.14);
+        CHECK(after[w] < 5.0);
+        CHECK(codes[o] != chorus::errc::internal); // the late call failed too
+    }
+}
+
+TEST_CASE("send and recv fail with errc::peer_failed when the peer returned") {
+    for (bool is_send : {false, true}) {
+        chorus::errc code = chorus::errc::internal;
+        std::string what;
+        double after = 0;
+        chorus::run_threads(2, [&](comm_t& comm) {
+            comm.set_timeout(30s);
+            if (comm.rank() == 1) return; // leaves at once
+            std::vector<int> buf(10);
+            const auto t0 = steady::now();
+            code = code_of(
+                [&] {
+                    if (is_send) chorus::send(comm, std::span<const int>(buf), 1);
+                    else chorus::recv(comm, std::span(buf), 1);
+                },
+                &what);
+            after = seconds_since(t0);
+        });
+        CAPTURE(is_send);
+        CAPTURE(what);
+        CHECK(code == chorus::errc::peer_failed);
+        CHECK(contains(what, "rank 1 returned"));
+        CHECK(after < 10.0);
+    }
+}

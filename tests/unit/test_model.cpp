@@ -1,0 +1,346 @@
+// The cost model (include/chorus/model/cost.hpp): the schedules' terms, the
+// properties the selector relies on (monotone, ring wins large messages,
+// one-step algorithms win small ones, hierarchical wins across nodes),
+// extreme rank counts, and the topology file: round trip and errors that
+// name the file, the line and the key.
+
+#include <chorus/model/cost.hpp>
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+namespace {
+
+using chorus::collective;
+namespace model = chorus::model;
+using model::algorithm;
+
+constexpr collective model_collectives[] = {
+    collective::all_reduce, collective::all_gather,  collective::reduce_scatter,  collective::broadcast,
+    collective::reduce,     collective::all_to_all,  collective::all_gatherv,     collective::reduce_scatterv,
+    collective::all_to_allv};
+
+model::topology cluster() { return model::gpu_cluster_topology(8); }
+
+//! The message of the chorus::error `f` throws ("" if it throws none).
+template <class F>
+std::string error_of(F&& f) {
+    try {
+        f();
+    } catch (const chorus::error& e) {
+        CHECK(e.code() == chorus::errc::invalid_argument);
+        return e.what();
+    }
+    return "";
+}
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Usable at compile time and in the selector's hot path.
+static_assert(model::predict(collective::all_reduce, algorithm::ring, 8, 1 << 20, model::topology{}) > 0);
+static_assert(model::best(collective::all_reduce, 8, 8, model::topology{}) != algorithm::ring);
+static_assert(noexcept(model::predict(collective::all_reduce, algorithm::tree, 8, 1.0, model::topology{})));
+
+} // namespace
+
+TEST_CASE("model: algorithm names match the policies") {
+    CHECK(std::string(model::algorithm_name(algorithm::ring)) == "ring");
+    CHECK(std::string(model::algorithm_name(algorithm::recursive_doubling)) == "recursive_doubling");
+    CHECK(std::string(model::algorithm_name(algorithm::two_shot)) == "two_shot");
+    CHECK(model::algorithm_count == 7);
+    for (algorithm a : model::all_algorithms) {
+        algorithm back{};
+        CHECK(model::algorithm_from_name(model::algorithm_name(a), back));
+        CHECK(back == a);
+    }
+    algorithm x{};
+    CHECK_FALSE(model::algorithm_from_name("automatic", x));
+}
+
+TEST_CASE("model: the schedules' steps, bytes moved and bytes reduced") {
+    const model::topology t{};
+    const double S = 4096;
+    auto terms = [&](collective c, algorithm a, int n, double bytes = 4096) {
+        return model::decompose(c, a, n, bytes, t).intra;
+    };
+    // ring AllReduce, n = 4: 6 steps, 2 * 3/4 S moved, 3/4 S reduced.
+    model::terms r = terms(collective::all_reduce, algorithm::ring, 4);
+    CHECK(r.steps == 6);
+    CHECK(r.moved == doctest::Approx(1.5 * S));
+    CHECK(r.reduced == doctest::Approx(0.75 * S));
+    r = terms(collective::all_gather, algorithm::ring, 4);
+    CHECK(r.steps == 3);
+    CHECK(r.moved == doctest::Approx(0.75 * S));
+    CHECK(r.reduced == 0);
+    // direct AllReduce: one step, reads n S, reduces (n-1) S.
+    r = terms(collective::all_reduce, algorithm::direct, 4);
+    CHECK(r.steps == 1);
+    CHECK(r.moved == doctest::Approx(4 * S));
+    CHECK(r.reduced == doctest::Approx(3 * S));
+    // two-shot: 2 steps.
+    r = terms(collective::all_reduce, algorithm::two_shot, 4);
+    CHECK(r.steps == 2);
+    CHECK(r.moved == doctest::Approx(S + 0.75 * S));
+    // recursive doubling: log2 p rounds of S, plus the fix-up when n is not a power of two.
+    r = terms(collective::all_reduce, algorithm::recursive_doubling, 8);
+    CHECK(r.steps == 3);
+    CHECK(r.moved == doctest::Approx(3 * S));
+    r = terms(collective::all_reduce, algorithm::recursive_doubling, 6);
+    CHECK(r.steps == 2 + 2);
+    CHECK(r.moved == doctest::Approx(2 * S + 2 * S));
+    CHECK(r.reduced == doctest::Approx(2 * S + S));
+    // Rabenseifner: 2 log2 p steps, ring's bytes over p.
+    r = terms(collective::all_reduce, algorithm::rabenseifner, 8);
+    CHECK(r.steps == 6);
+    CHECK(r.moved == doctest::Approx(2 * 7.0 / 8 * S));
+    r = terms(collective::all_reduce, algorithm::rabenseifner, 5);
+    CHECK(r.steps == 4 + 2);
+    // tree: depth floor(log2 n), chunks of S/2, reduce up and broadcast down.
+    const double big = 8.0 * 256 * 1024; // 2 chunks per tree at the default 256 KiB
+    r = terms(collective::all_reduce, algorithm::tree, 8, big);
+    CHECK(r.steps == 2 * 3 + 2 * (4 - 1));
+    CHECK(r.moved == doctest::Approx(2 * big));
+    CHECK(r.reduced == doctest::Approx(big));
+    r = terms(collective::broadcast, algorithm::tree, 8, big);
+    CHECK(r.steps == 3 + 4 - 1);
+    CHECK(r.reduced == 0);
+    // ring Broadcast: a pipelined chain of chunks.
+    r = terms(collective::broadcast, algorithm::ring, 5, big);
+    CHECK(r.steps == 4 + 8 - 1);
+    // exchange collectives: one step, (n-1)/n S, whatever the algorithm.
+    for (algorithm a : model::all_algorithms) {
+        r = terms(collective::all_to_all, a, 4);
+        CHECK(r.steps == 1);
+        CHECK(r.moved == doctest::Approx(0.75 * S));
+    }
+}
+
+TEST_CASE("model: predictions grow with the message size") {
+    model::topology split = model::topology{};
+    split.ranks_per_node = 4;
+    for (const model::topology& t : {model::topology{}, cluster(), split})
+        for (collective c : model_collectives)
+            for (algorithm a : model::all_algorithms)
+                for (int n : {1, 2, 3, 4, 7, 8, 16, 24, 64}) {
+                    double prev = model::predict(c, a, n, 0, t);
+                    CHECK(prev >= 0);
+                    for (double S = 1; S <= 64.0 * 1024 * 1024 * 1024; S *= 2) {
+                        const double now = model::predict(c, a, n, S, t);
+                        INFO(chorus::collective_name(c), " ", model::algorithm_name(a), " n=", n, " S=", S);
+                        REQUIRE(now >= prev);
+                        prev = now;
+                    }
+                }
+}
+
+TEST_CASE("model: ring wins large messages and one-step algorithms win small ones") {
+    const model::topology t = model::default_topology();
+    for (int n : {2, 4, 8, 16}) {
+        INFO("n=", n);
+        const double big = 64.0 * 1024 * 1024;
+        CHECK(model::predict(collective::all_reduce, algorithm::ring, n, big, t) <
+              model::predict(collective::all_reduce, algorithm::direct, n, big, t));
+        CHECK(model::predict(collective::all_reduce, algorithm::ring, n, big, t) <
+              model::predict(collective::all_reduce, algorithm::recursive_doubling, n, big, t));
+        const double small = 8;
+        CHECK(model::predict(collective::all_reduce, algorithm::direct, n, small, t) <
+              model::predict(collective::all_reduce, algorithm::ring, n, small, t));
+        if (n > 2) // at n = 2 ring is one exchange too: 2 steps against recursive doubling's 1 (equal bytes)
+            CHECK(model::predict(collective::all_reduce, algorithm::recursive_doubling, n, small, t) <
+                  model::predict(collective::all_reduce, algorithm::ring, n, small, t));
+        const algorithm tiny = model::best(collective::all_reduce, n, small, t);
+        CHECK((tiny == algorithm::direct || tiny == algorithm::recursive_doubling)); // n = 2: rd reads less
+        const algorithm large = model::best(collective::all_reduce, n, big, t);
+        CHECK((large == algorithm::ring || large == algorithm::rabenseifner || large == algorithm::two_shot ||
+               large == algorithm::hierarchical));
+    }
+}
+
+TEST_CASE("model: hierarchical beats a flat ring across nodes") {
+    // Hosts whose ranks share one slower NIC (per-rank inter bandwidth below the memory's).
+    model::topology host = model::default_topology();
+    host.ranks_per_node = 4;
+    host.inter = {5e-6, 25e9 / 4};
+    for (const model::topology& t : {cluster(), host})
+        for (int nodes : {2, 4, 16, 512})
+            for (double S : {1.0 * 1024 * 1024, 64.0 * 1024 * 1024, 1024.0 * 1024 * 1024}) {
+                const int n = nodes * t.ranks_per_node;
+                INFO("n=", n, " S=", S);
+                CHECK(model::predict(collective::all_reduce, algorithm::hierarchical, n, S, t) <
+                      model::predict(collective::all_reduce, algorithm::ring, n, S, t));
+            }
+    // Its phases: intra reduce-scatter + all-gather on the intra link, a ring of S/L on the inter link.
+    const model::breakdown b = model::decompose(collective::all_reduce, algorithm::hierarchical, 16, 8192, cluster());
+    CHECK(b.intra.steps == 2 * 7);
+    CHECK(b.intra.moved == doctest::Approx(2 * 7.0 / 8 * 8192));
+    CHECK(b.inter.steps == 2);
+    CHECK(b.inter.moved == doctest::Approx(1024));
+    // A flat algorithm across nodes runs at the inter link only.
+    const model::breakdown f = model::decompose(collective::all_reduce, algorithm::ring, 16, 8192, cluster());
+    CHECK(f.intra.steps == 0);
+    CHECK(f.inter.steps == 30);
+    // Within one node, or with ranks that do not fill whole nodes, hierarchical is the ring.
+    for (int n : {8, 12})
+        CHECK(model::predict(collective::all_reduce, algorithm::hierarchical, n, 1e6, cluster()) ==
+              model::predict(collective::all_reduce, algorithm::ring, n, 1e6, cluster()));
+    // Crossing the node boundary costs: 16 ranks on 2 nodes are slower than 8 on one.
+    CHECK(model::predict(collective::all_reduce, model::best(collective::all_reduce, 16, 256e6, cluster()), 16, 256e6,
+                         cluster()) >
+          model::predict(collective::all_reduce, model::best(collective::all_reduce, 8, 256e6, cluster()), 8, 256e6,
+                         cluster()));
+}
+
+TEST_CASE("model: one rank is a local copy") {
+    const model::topology t = model::default_topology();
+    for (collective c : model_collectives)
+        for (algorithm a : model::all_algorithms)
+            CHECK(model::predict(c, a, 1, 1e6, t) == doctest::Approx(1e6 / t.intra.bandwidth_Bps));
+    CHECK(model::predict(collective::barrier, algorithm::ring, 1, 0, t) == 0);
+    const model::prediction p = model::evaluate(collective::all_reduce, algorithm::ring, 1, 1e6, t);
+    CHECK(p.busbw_Bps == 0); // nccl-tests: 2(n-1)/n = 0
+    CHECK(p.algbw_Bps == doctest::Approx(t.intra.bandwidth_Bps));
+}
+
+TEST_CASE("model: 4096 ranks give finite predictions") {
+    model::topology flat = model::default_topology();
+    for (const model::topology& t : {cluster(), flat})
+        for (collective c : model_collectives)
+            for (algorithm a : model::all_algorithms)
+                for (double S : {0.0, 8.0, 1e6, 1e9, 1e12}) {
+                    const double s = model::predict(c, a, 4096, S, t);
+                    INFO(chorus::collective_name(c), " ", model::algorithm_name(a), " S=", S);
+                    CHECK(std::isfinite(s));
+                    CHECK(s > 0);
+                }
+    CHECK(model::best(collective::all_reduce, 4096, 256e6, cluster()) == algorithm::hierarchical);
+}
+
+TEST_CASE("model: bus bandwidth follows nccl-tests") {
+    const model::topology t = cluster();
+    const model::prediction p = model::evaluate(collective::all_reduce, algorithm::ring, 8, 1e9, t);
+    CHECK(p.algbw_Bps == doctest::Approx(1e9 / p.seconds));
+    CHECK(p.busbw_Bps == doctest::Approx(p.algbw_Bps * 2 * 7 / 8));
+    CHECK(model::bus_factor(collective::all_gather, 4) == doctest::Approx(0.75));
+    CHECK(model::bus_factor(collective::broadcast, 4) == 1);
+    // A ring's bus bandwidth approaches the link bandwidth for large messages.
+    model::topology fast_reduce = t;
+    fast_reduce.reduce_Bps = 1e18;
+    const model::prediction big = model::evaluate(collective::all_reduce, algorithm::ring, 8, 1e12, fast_reduce);
+    CHECK(big.busbw_Bps == doctest::Approx(t.intra.bandwidth_Bps).epsilon(0.01));
+}
+
+TEST_CASE("model: best picks the least predicted time among the candidates") {
+    const model::topology t = model::default_topology();
+    const algorithm only_ring[] = {algorithm::ring};
+    CHECK(model::best(collective::all_reduce, 8, 8, t, only_ring, 1) == algorithm::ring);
+    CHECK(model::best(collective::all_reduce, 8, 8, t, nullptr, 0) == algorithm::ring);
+    const algorithm two[] = {algorithm::ring, algorithm::direct};
+    CHECK(model::best(collective::all_reduce, 8, 8, t, two, 2) == algorithm::direct);
+    CHECK(model::best(collective::all_reduce, 8, 64e6, t, two, 2) == algorithm::ring);
+    for (double S : {8.0, 4096.0, 1e6, 1e8}) {
+        const algorithm w = model::best(collective::all_reduce, 6, S, t);
+        for (algorithm a : model::all_algorithms)
+            CHECK(model::predict(collective::all_reduce, w, 6, S, t) <=
+                  model::predict(collective::all_reduce, a, 6, S, t));
+    }
+}
+
+TEST_CASE("model: to_text and parse round-trip") {
+    model::topology t{};
+    t.ranks_per_node = 6;
+    t.intra = {1.0 / 3 * 1e-6, 123456789.125};
+    t.inter = {7.25e-6, 1e10 / 3};
+    t.reduce_Bps = 2.5e9 + 0.1;
+    t.channels = 4;
+    t.chunk_bytes = 65536;
+    const std::string text = model::to_text(t);
+    CHECK(text.rfind("# ", 0) == 0); // a comment header
+    const model::topology u = model::parse(text, "round-trip");
+    CHECK(u.ranks_per_node == t.ranks_per_node);
+    CHECK(u.intra.latency_s == t.intra.latency_s);
+    CHECK(u.intra.bandwidth_Bps == t.intra.bandwidth_Bps);
+    CHECK(u.inter.latency_s == t.inter.latency_s);
+    CHECK(u.inter.bandwidth_Bps == t.inter.bandwidth_Bps);
+    CHECK(u.reduce_Bps == t.reduce_Bps);
+    CHECK(u.channels == t.channels);
+    CHECK(u.chunk_bytes == t.chunk_bytes);
+    CHECK(model::to_text(u) == text);
+
+    // Comments, blank lines, spaces and a partial file (the rest keeps the defaults).
+    const model::topology p = model::parse("\n  # header\n\tintra.latency_s=2e-6  # trailing\r\n\nchannels = 2\n", "x");
+    CHECK(p.intra.latency_s == 2e-6);
+    CHECK(p.channels == 2);
+    CHECK(p.intra.bandwidth_Bps == model::default_topology().intra.bandwidth_Bps);
+    CHECK(p.ranks_per_node == 0);
+}
+
+TEST_CASE("model: bad topology files name the file, the line and the key") {
+    std::string m = error_of([] { model::parse("channels = 1\nbogus = 3\n", "my.model"); });
+    CHECK(contains(m, "'my.model'"));
+    CHECK(contains(m, "line 2"));
+    CHECK(contains(m, "'bogus'"));
+    CHECK(contains(m, "unknown key"));
+
+    m = error_of([] { model::parse("# c\n\nintra.bandwidth_Bps = fast\n", "a.txt"); });
+    CHECK(contains(m, "'a.txt'"));
+    CHECK(contains(m, "line 3"));
+    CHECK(contains(m, "'intra.bandwidth_Bps'"));
+    CHECK(contains(m, "'fast'"));
+
+    m = error_of([] { model::parse("reduce_Bps = 0\n", "z"); });
+    CHECK(contains(m, "line 1"));
+    CHECK(contains(m, "'reduce_Bps'"));
+    CHECK(contains(m, "> 0"));
+
+    m = error_of([] { model::parse("inter.latency_s = -1e-6\n", "z"); });
+    CHECK(contains(m, "'inter.latency_s'"));
+
+    m = error_of([] { model::parse("channels = 1.5\n", "z"); });
+    CHECK(contains(m, "'channels'"));
+    CHECK(contains(m, "whole number"));
+
+    m = error_of([] { model::parse("channels = 2\nchannels = 3\n", "z"); });
+    CHECK(contains(m, "line 2"));
+    CHECK(contains(m, "twice"));
+
+    m = error_of([] { model::parse("intra.latency_s 1e-6\n", "z"); });
+    CHECK(contains(m, "line 1"));
+    CHECK(contains(m, "key = value"));
+
+    m = error_of([] { model::parse("intra.latency_s = 1e-6 2\n", "z"); });
+    CHECK(contains(m, "'intra.latency_s'"));
+
+    m = error_of([] { model::load_file("no/such/dir/chorus.model"); });
+    CHECK(contains(m, "no/such/dir/chorus.model"));
+}
+
+TEST_CASE("model: load_file reads what to_text wrote") {
+    const std::string path = "chorus_test_model.txt";
+    model::topology t = cluster();
+    t.intra.latency_s = 3e-6;
+    {
+        std::ofstream out(path);
+        out << model::to_text(t);
+    }
+    const model::topology u = model::load_file(path);
+    std::remove(path.c_str());
+    CHECK(u.ranks_per_node == 8);
+    CHECK(u.intra.latency_s == 3e-6);
+    CHECK(u.reduce_Bps == t.reduce_Bps);
+}
+
+TEST_CASE("model: a direct broadcast is bounded by the root's link") {
+    const model::topology t = cluster();
+    const model::breakdown b = model::decompose(collective::broadcast, algorithm::direct, 32, 1000, t);
+    CHECK(b.inter.moved == doctest::Approx(31 * 1000));
+    CHECK(model::predict(collective::broadcast, algorithm::tree, 32, 256e6, t) <
+          model::predict(collective::broadcast, algorithm::direct, 32, 256e6, t));
+    CHECK(model::predict(collective::broadcast, algorithm::ring, 32, 256e6, t) <
+          model::predict(collective::broadcast, algorithm::direct, 32, 256e6, t));
+    CHECK(model::predict(collective::broadcast, algorithm::direct, 32, 8, t) <
+          model::predict(collective::broadcast, algorithm::ring, 32, 8, t));
+}

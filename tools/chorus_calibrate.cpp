@@ -1,0 +1,755 @@
+//! \file chorus_calibrate.cpp
+//! Fits the cost model (include/chorus/model/cost.hpp) to this machine on
+//! the threads backend, and checks it.
+//!
+//! Calibration (the default): with -t ranks (threads), times
+//!   ring<> AllReduce, AllGather and ReduceScatter over a size sweep, and
+//!   direct<> AllReduce at 8 B .. 1 KiB (one dependent step: latency alone),
+//! each point the minimum (or --stat median) over --reps repetitions of a
+//! timed loop (time = latest end - earliest start over ranks, / iterations,
+//! as chorus_bench does). Then a least-squares fit, weighted by 1/measured
+//! (relative error, so 8 B and 64 MiB count alike), of
+//!     time = steps * alpha + moved / bandwidth + reduced / reduce_Bps
+//! where steps, moved and reduced are the model's own terms for each call
+//! (model::decompose): AllGather only copies, so it pins the bandwidth; the
+//! reductions pin reduce_Bps; the small sizes pin alpha. Non-negative
+//! (every subset of the three unknowns is tried, the best feasible one
+//! kept). Writes the topology file (-o FILE, default stdout) with a comment
+//! header: ranks, date, command, the fit's residuals. The inter-node link
+//! is not measured (one host): the file keeps the defaults for it.
+//!
+//! --validate [--model FILE]: times every policy below (--algos: some) for
+//! AllReduce over the sweep (default 8 B .. 64 MiB), the policies
+//! interleaved size by size so that they see the same machine, and prints
+//! size, algorithm, measured, predicted, predicted/measured and whether
+//! |ratio - 1| <= 25 % (judged for sizes >= 64 KiB only), then per size
+//! which algorithm the model picks and which was fastest. --csv FILE
+//! writes the same rows.
+//!
+//! Exit status: 0 fine (validation: whatever the ratios), 1 a chorus error,
+//! 2 bad command line.
+
+#include <chorus/chorus.hpp>
+#include <chorus/model/cost.hpp>
+
+// --- the policies --validate measures: the one list to extend ---------------------
+// Every policy header that exists is measured; `automatic` is predicted as the
+// algorithm it chooses for the call.
+#if __has_include(<chorus/algo/tree.hpp>)
+#  include <chorus/algo/tree.hpp>
+#  define CHORUS_CAL_TREE , chorus::tree<>
+#else
+#  define CHORUS_CAL_TREE
+#endif
+#if __has_include(<chorus/algo/recursive_doubling.hpp>)
+#  include <chorus/algo/recursive_doubling.hpp>
+#  define CHORUS_CAL_RD , chorus::recursive_doubling<>
+#else
+#  define CHORUS_CAL_RD
+#endif
+#if __has_include(<chorus/algo/rabenseifner.hpp>)
+#  include <chorus/algo/rabenseifner.hpp>
+#  define CHORUS_CAL_RAB , chorus::rabenseifner<>
+#else
+#  define CHORUS_CAL_RAB
+#endif
+#if __has_include(<chorus/algo/two_shot.hpp>)
+#  include <chorus/algo/two_shot.hpp>
+#  define CHORUS_CAL_TWO_SHOT , chorus::two_shot<>
+#else
+#  define CHORUS_CAL_TWO_SHOT
+#endif
+#if __has_include(<chorus/algo/automatic.hpp>)
+#  include <chorus/algo/automatic.hpp>
+#  define CHORUS_CAL_AUTOMATIC , chorus::automatic
+#else
+#  define CHORUS_CAL_AUTOMATIC
+#endif
+
+template <class... P>
+struct policy_list {};
+
+using validated_policies = policy_list<chorus::ring<>, chorus::direct<>, chorus::hierarchical<> CHORUS_CAL_TREE
+                                           CHORUS_CAL_RD CHORUS_CAL_RAB CHORUS_CAL_TWO_SHOT CHORUS_CAL_AUTOMATIC>;
+// -------------------------------------------------------------------------------------
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using chorus::collective;
+namespace model = chorus::model;
+using comm_type = chorus::communicator<chorus::threads>;
+using clock_type = std::chrono::steady_clock;
+
+struct usage_error {
+    std::string what;
+};
+
+void print_usage(std::FILE* to, const char* argv0) {
+    std::fprintf(to,
+                 "usage: %s [options]\n"
+                 "  -t, --ranks N          ranks = threads (default 2)\n"
+                 "  -o, --output FILE      write the topology file here (default stdout)\n"
+                 "  -b, --minbytes SIZE    smallest size, bytes; K M G suffixes (default 8); the latency\n"
+                 "                         series (direct<> AllReduce, 8 B .. 1 KiB) is always measured\n"
+                 "  -e, --maxbytes SIZE    largest size (default 64M)\n"
+                 "  -f, --stepfactor N     size factor between rows (default 2)\n"
+                 "  -r, --reps N           repetitions of each timed loop (default 7)\n"
+                 "      --stat min|median  statistic over the repetitions (default min: best-of, since other\n"
+                 "                         processes only ever add time)\n"
+                 "      --budget SIZE      bytes per timed loop: iterations = budget / size, 3..200\n"
+                 "                         (default 64M)\n"
+                 "      --validate         compare every policy's AllReduce with the model instead\n"
+                 "      --model FILE       the model --validate checks (default: CHORUS_MODEL or the built-in)\n"
+                 "      --algos LIST       --validate only these policies (names as printed, comma-separated)\n"
+                 "      --csv FILE         also write the rows (fit samples, or the validation) as CSV\n"
+                 "  -h, --help             this text\n",
+                 argv0);
+}
+
+struct options {
+    int ranks = 2;
+    std::string output;
+    double min_bytes = 8, max_bytes = 64.0 * 1024 * 1024;
+    double factor = 2;
+    int reps = 7;
+    bool use_min = true;
+    double budget = 64.0 * 1024 * 1024;
+    bool validate = false;
+    std::string model_path;
+    std::string csv_path;
+    std::string algos; // --validate: comma-separated policy names, empty: all
+    std::string command;
+};
+
+double parse_bytes(std::string_view s, const std::string& flag) {
+    std::string_view num = s;
+    double mult = 1;
+    if (!num.empty()) {
+        switch (num.back()) {
+        case 'K': case 'k': mult = 1024.0; break;
+        case 'M': case 'm': mult = 1024.0 * 1024; break;
+        case 'G': case 'g': mult = 1024.0 * 1024 * 1024; break;
+        default: break;
+        }
+        if (mult != 1) num.remove_suffix(1);
+    }
+    std::uint64_t v = 0;
+    const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
+    if (num.empty() || ec != std::errc{} || end != num.data() + num.size())
+        throw usage_error{flag + ": expected a size such as 4096, 64K or 1M, got '" + std::string(s) + "'"};
+    return double(v) * mult;
+}
+
+long parse_int(std::string_view s, const std::string& flag, long lo, long hi) {
+    long v = 0;
+    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
+        throw usage_error{flag + ": expected a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                          "], got '" + std::string(s) + "'"};
+    return v;
+}
+
+std::string base_name(std::string_view p) {
+    const std::size_t slash = p.find_last_of('/');
+    return std::string(slash == std::string_view::npos ? p : p.substr(slash + 1));
+}
+
+options parse_options(int argc, char** argv) {
+    options o;
+    o.command = base_name(argv[0]);
+    for (int i = 1; i < argc; ++i) o.command += std::string(" ") + argv[i];
+    for (int i = 1; i < argc; ++i) {
+        std::string arg = argv[i];
+        std::string value;
+        bool has_value = false;
+        if (arg.starts_with("--")) {
+            if (const std::size_t eq = arg.find('='); eq != std::string::npos) {
+                value = arg.substr(eq + 1);
+                arg = arg.substr(0, eq);
+                has_value = true;
+            }
+        } else if (arg.size() > 2 && arg[0] == '-') {
+            value = arg.substr(2);
+            arg = arg.substr(0, 2);
+            has_value = true;
+        }
+        if (arg == "-h" || arg == "--help") {
+            print_usage(stdout, argv[0]);
+            std::exit(0);
+        }
+        if (arg == "--validate") {
+            if (has_value) throw usage_error{"--validate takes no value"};
+            o.validate = true;
+            continue;
+        }
+        static constexpr std::string_view valued[] = {"-t", "--ranks",  "-o",          "--output", "-b", "--minbytes",
+                                                      "-e", "--maxbytes", "-f",        "--stepfactor", "-r", "--reps",
+                                                      "--stat", "--budget", "--model", "--csv", "--algos"};
+        if (std::find(std::begin(valued), std::end(valued), arg) == std::end(valued))
+            throw usage_error{"unknown argument '" + std::string(argv[i]) + "' (see --help)"};
+        if (!has_value) {
+            if (i + 1 >= argc) throw usage_error{arg + " needs a value"};
+            value = argv[++i];
+        }
+        if (arg == "-t" || arg == "--ranks") o.ranks = int(parse_int(value, arg, 1, 64));
+        else if (arg == "-o" || arg == "--output") o.output = value;
+        else if (arg == "-b" || arg == "--minbytes") o.min_bytes = parse_bytes(value, arg);
+        else if (arg == "-e" || arg == "--maxbytes") o.max_bytes = parse_bytes(value, arg);
+        else if (arg == "-f" || arg == "--stepfactor") o.factor = double(parse_int(value, arg, 2, 1 << 20));
+        else if (arg == "-r" || arg == "--reps") o.reps = int(parse_int(value, arg, 1, 1000));
+        else if (arg == "--stat") {
+            if (value != "median" && value != "min") throw usage_error{"--stat: expected median or min"};
+            o.use_min = value == "min";
+        } else if (arg == "--budget") o.budget = parse_bytes(value, arg);
+        else if (arg == "--model") o.model_path = value;
+        else if (arg == "--csv") o.csv_path = value;
+        else if (arg == "--algos") o.algos = value;
+    }
+    if (o.min_bytes < 4) throw usage_error{"--minbytes must be at least 4 (one float)"};
+    if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
+    if (o.max_bytes > 4.0 * 1024 * 1024 * 1024) throw usage_error{"--maxbytes: at most 4G"};
+    if (o.budget < 1) throw usage_error{"--budget must be at least 1 byte"};
+    if (o.validate && !o.output.empty()) throw usage_error{"-o writes a calibration; --validate writes --csv"};
+    if (!o.validate && !o.model_path.empty()) throw usage_error{"--model is for --validate"};
+    if (!o.validate && !o.algos.empty()) throw usage_error{"--algos is for --validate"};
+    return o;
+}
+
+std::vector<double> sweep(double lo, double hi, double f) {
+    std::vector<double> s;
+    for (double b = lo; b <= hi * (1 + 1e-12); b *= f) s.push_back(b);
+    return s;
+}
+
+double statistic(std::vector<double> v, bool use_min) {
+    std::sort(v.begin(), v.end());
+    if (use_min) return v.front();
+    const std::size_t m = v.size() / 2;
+    return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+//! The collectives calibration and validation time.
+enum class op_kind { all_reduce, all_gather, reduce_scatter };
+
+constexpr collective to_collective(op_kind k) {
+    return k == op_kind::all_reduce   ? collective::all_reduce
+           : k == op_kind::all_gather ? collective::all_gather
+                                      : collective::reduce_scatter;
+}
+
+//! Per-rank element counts of a call of nccl-tests size `bytes` (floats):
+//! the block for AllGather/ReduceScatter, the buffer otherwise. 0: too small.
+std::size_t call_count(op_kind k, double bytes, int n) {
+    const std::size_t elems = std::size_t(bytes) / sizeof(float);
+    return k == op_kind::all_reduce ? elems : elems / std::size_t(n);
+}
+//! The size the call really has (a whole number of floats per block).
+double call_bytes(op_kind k, std::size_t count, int n) {
+    return double(count) * sizeof(float) * (k == op_kind::all_reduce ? 1.0 : double(n));
+}
+
+//! What one rank needs to time calls: its buffers (at the largest size,
+//! touched, so every page is faulted in before timing) and the shared
+//! per-rank start/end times.
+struct timer {
+    const options& o;
+    comm_type& comm;
+    std::vector<clock_type::time_point>& start;
+    std::vector<clock_type::time_point>& end;
+    std::vector<float> in, out;
+
+    timer(const options& opt, comm_type& c, std::vector<clock_type::time_point>& s,
+          std::vector<clock_type::time_point>& e, double biggest)
+        : o(opt), comm(c), start(s), end(e), in(std::size_t(biggest) / sizeof(float) + 1, 0.5f),
+          out(std::size_t(biggest) / sizeof(float) + 1, 0.0f) {}
+
+    //! Seconds per call of policy Algo's collective `k` of per-rank count
+    //! `count` (rank 0; the others return 0): the statistic over `reps`
+    //! timed loops, each timed like chorus_bench (latest end - earliest
+    //! start over ranks, / iterations).
+    template <class Algo>
+    double time(op_kind k, std::size_t count) {
+        const int n = comm.size();
+        const int rank = comm.rank();
+        const double bytes = call_bytes(k, count, n);
+        const auto call = [&] {
+            switch (k) {
+            case op_kind::all_reduce:
+                chorus::all_reduce<Algo>(comm, std::span<const float>(in.data(), count),
+                                         std::span<float>(out.data(), count));
+                break;
+            case op_kind::all_gather:
+                chorus::all_gather<Algo>(comm, std::span<const float>(in.data(), count),
+                                         std::span<float>(out.data(), count * std::size_t(n)));
+                break;
+            case op_kind::reduce_scatter:
+                chorus::reduce_scatter<Algo>(comm, std::span<const float>(in.data(), count * std::size_t(n)),
+                                             std::span<float>(out.data(), count));
+                break;
+            }
+        };
+        // Short loops, several of them: on a shared machine some catch a quiet moment.
+        const int iters = int(std::clamp(o.budget / bytes, 3.0, 200.0));
+        const int warmup = std::max(2, iters / 10);
+        for (int w = 0; w < warmup; ++w) call();
+        std::vector<double> reps;
+        for (int r = 0; r < o.reps; ++r) {
+            chorus::barrier(comm);
+            start[std::size_t(rank)] = clock_type::now();
+            for (int it = 0; it < iters; ++it) call();
+            end[std::size_t(rank)] = clock_type::now();
+            chorus::barrier(comm);
+            if (rank == 0) {
+                const auto t0 = *std::min_element(start.begin(), start.end());
+                const auto t1 = *std::max_element(end.begin(), end.end());
+                reps.push_back(std::chrono::duration<double>(t1 - t0).count() / iters);
+            }
+            // Rank 0 reads start/end before it enters the next barrier; nobody writes them before that.
+        }
+        return rank == 0 ? statistic(reps, o.use_min) : 0.0;
+    }
+};
+
+//! Runs `body(timer&)` on `n` fresh ranks with buffers for calls up to `biggest` bytes.
+template <class F>
+void with_ranks(const options& o, int n, double biggest, F&& body) {
+    std::vector<clock_type::time_point> start(static_cast<std::size_t>(n)), end(static_cast<std::size_t>(n));
+    chorus::run_threads(n, [&](comm_type& comm) {
+        timer t(o, comm, start, end, biggest);
+        body(t);
+    });
+}
+
+//! Times policy Algo's collective `k` at every size: seconds per call;
+//! sizes too small for one float per rank come back as 0.
+template <class Algo>
+std::vector<double> time_sweep(const options& o, int n, op_kind k, const std::vector<double>& sizes) {
+    std::vector<double> result(sizes.size(), 0.0);
+    with_ranks(o, n, *std::max_element(sizes.begin(), sizes.end()), [&](timer& t) {
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+            const std::size_t count = call_count(k, sizes[i], n);
+            if (count == 0) continue; // the same on every rank
+            const double s = t.time<Algo>(k, count);
+            if (t.comm.rank() == 0) result[i] = s;
+        }
+    });
+    return result;
+}
+
+// --- least squares ----------------------------------------------------------------
+
+struct sample {
+    op_kind kind;
+    model::algorithm algo;
+    double bytes;
+    double seconds;
+    model::terms x; // the model's terms for this call
+};
+
+//! Solves the k x k system A z = b (k <= 3) by Gaussian elimination with
+//! partial pivoting; false if singular.
+bool solve(std::array<std::array<double, 3>, 3> A, std::array<double, 3> b, int k, std::array<double, 3>& z) {
+    for (int c = 0; c < k; ++c) {
+        int piv = c;
+        for (int r = c + 1; r < k; ++r)
+            if (std::fabs(A[std::size_t(r)][std::size_t(c)]) > std::fabs(A[std::size_t(piv)][std::size_t(c)])) piv = r;
+        if (std::fabs(A[std::size_t(piv)][std::size_t(c)]) < 1e-300) return false;
+        std::swap(A[std::size_t(c)], A[std::size_t(piv)]);
+        std::swap(b[std::size_t(c)], b[std::size_t(piv)]);
+        for (int r = c + 1; r < k; ++r) {
+            const double f = A[std::size_t(r)][std::size_t(c)] / A[std::size_t(c)][std::size_t(c)];
+            for (int j = c; j < k; ++j) A[std::size_t(r)][std::size_t(j)] -= f * A[std::size_t(c)][std::size_t(j)];
+            b[std::size_t(r)] -= f * b[std::size_t(c)];
+        }
+    }
+    for (int r = k - 1; r >= 0; --r) {
+        double s = b[std::size_t(r)];
+        for (int j = r + 1; j < k; ++j) s -= A[std::size_t(r)][std::size_t(j)] * z[std::size_t(j)];
+        z[std::size_t(r)] = s / A[std::size_t(r)][std::size_t(r)];
+    }
+    return true;
+}
+
+std::array<double, 3> features(const sample& s) { return {s.x.steps, s.x.moved, s.x.reduced}; }
+
+//! Relative residuals of coefficients c = (alpha, 1/bw, 1/red).
+double sum_sq_rel(const std::vector<sample>& v, const std::array<double, 3>& c) {
+    double s = 0;
+    for (const sample& p : v) {
+        const auto f = features(p);
+        const double r = (f[0] * c[0] + f[1] * c[1] + f[2] * c[2]) / p.seconds - 1;
+        s += r * r;
+    }
+    return s;
+}
+
+//! Non-negative weighted least squares over every subset of the unknowns.
+std::array<double, 3> fit(const std::vector<sample>& v) {
+    std::array<double, 3> best{0, 0, 0};
+    double best_err = sum_sq_rel(v, best);
+    for (int mask = 1; mask < 8; ++mask) {
+        int idx[3];
+        int k = 0;
+        for (int j = 0; j < 3; ++j)
+            if (mask & (1 << j)) idx[k++] = j;
+        std::array<std::array<double, 3>, 3> A{};
+        std::array<double, 3> b{};
+        for (const sample& p : v) {
+            const auto f = features(p);
+            const double w = 1 / p.seconds; // relative error: row / measured
+            for (int r = 0; r < k; ++r) {
+                for (int c = 0; c < k; ++c)
+                    A[std::size_t(r)][std::size_t(c)] += f[std::size_t(idx[r])] * w * f[std::size_t(idx[c])] * w;
+                b[std::size_t(r)] += f[std::size_t(idx[r])] * w * (p.seconds * w);
+            }
+        }
+        std::array<double, 3> z{};
+        if (!solve(A, b, k, z)) continue;
+        std::array<double, 3> c{0, 0, 0};
+        bool ok = true;
+        for (int r = 0; r < k; ++r) {
+            if (!(z[std::size_t(r)] >= 0)) ok = false;
+            c[std::size_t(idx[r])] = z[std::size_t(r)];
+        }
+        if (!ok) continue;
+        const double err = sum_sq_rel(v, c);
+        if (err < best_err) {
+            best_err = err;
+            best = c;
+        }
+    }
+    return best;
+}
+
+const char* kind_name(op_kind k) { return chorus::collective_name(to_collective(k)); }
+
+std::string utc_now() {
+    const std::time_t now = std::time(nullptr);
+    std::tm tm{};
+    gmtime_r(&now, &tm);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    return buf;
+}
+
+int calibrate(const options& o) {
+    const int n = o.ranks;
+    if (n < 2) throw usage_error{"calibration needs at least 2 ranks"};
+    model::topology one_node = model::default_topology();
+    one_node.ranks_per_node = 0;
+    const std::vector<double> sizes = sweep(o.min_bytes, o.max_bytes, o.factor);
+    // Alpha: direct<> AllReduce at 8 B .. 1 KiB whatever the sweep, so that
+    // -b 1M (calibrating the large-message regime) still resolves it.
+    const std::vector<double> small = sweep(8, 1024, 2);
+
+    struct series {
+        op_kind kind;
+        model::algorithm algo;
+        const std::vector<double>* sizes;
+    };
+    const series plan[] = {{op_kind::all_reduce, model::algorithm::ring, &sizes},
+                           {op_kind::all_gather, model::algorithm::ring, &sizes},
+                           {op_kind::reduce_scatter, model::algorithm::ring, &sizes},
+                           {op_kind::all_reduce, model::algorithm::direct, &small}};
+    std::vector<sample> samples;
+    for (const series& s : plan) {
+        if (s.sizes->empty()) continue;
+        std::fprintf(stderr, "chorus_calibrate: timing %s %s on %d ranks, %zu sizes\n", model::algorithm_name(s.algo),
+                     kind_name(s.kind), n, s.sizes->size());
+        const std::vector<double> t = s.algo == model::algorithm::ring
+                                          ? time_sweep<chorus::ring<>>(o, n, s.kind, *s.sizes)
+                                          : time_sweep<chorus::direct<>>(o, n, s.kind, *s.sizes);
+        for (std::size_t i = 0; i < t.size(); ++i) {
+            const std::size_t count = call_count(s.kind, (*s.sizes)[i], n);
+            if (count == 0 || !(t[i] > 0)) continue;
+            const double bytes = call_bytes(s.kind, count, n);
+            samples.push_back({s.kind, s.algo, bytes, t[i],
+                               model::decompose(to_collective(s.kind), s.algo, n, bytes, one_node).intra});
+        }
+    }
+    if (samples.size() < 3) throw usage_error{"too few samples to fit (widen -b/-e)"};
+    const std::array<double, 3> c = fit(samples);
+
+    // A coefficient the fit sets to 0 costs nothing measurable: alpha 0, or a
+    // bandwidth of `free_Bps` (the file needs a finite number).
+    constexpr double free_Bps = 1e13;
+    model::topology t = one_node;
+    t.intra.latency_s = c[0];
+    t.intra.bandwidth_Bps = c[1] > 1 / free_Bps ? 1 / c[1] : free_Bps;
+    t.reduce_Bps = c[2] > 1 / free_Bps ? 1 / c[2] : free_Bps;
+
+    // Residuals per series with the fitted (and clamped) model.
+    std::string report;
+    char line[256];
+    double worst = 0;
+    double total_sq = 0;
+    for (const series& s : plan) {
+        double sq = 0, mx = 0;
+        int cnt = 0;
+        for (const sample& p : samples) {
+            if (p.kind != s.kind || p.algo != s.algo) continue;
+            const double r = model::predict(to_collective(p.kind), p.algo, n, p.bytes, t) / p.seconds - 1;
+            sq += r * r;
+            mx = std::max(mx, std::fabs(r));
+            ++cnt;
+        }
+        if (cnt == 0) continue;
+        total_sq += sq;
+        worst = std::max(worst, mx);
+        std::snprintf(line, sizeof line, "#   %s %s: %d sizes, rms relative error %.1f %%, worst %.1f %%\n",
+                      model::algorithm_name(s.algo), kind_name(s.kind), cnt, 100 * std::sqrt(sq / cnt), 100 * mx);
+        report += line;
+    }
+
+    std::string text;
+    text += "# chorus_calibrate: threads backend, " + std::to_string(n) + " ranks, " + utc_now() + "\n";
+    text += "# command: " + o.command + "\n";
+    std::snprintf(line, sizeof line,
+                  "# fit: time = steps*alpha + moved/bw + reduced/reduce_Bps, weighted (1/measured) non-negative\n"
+                  "#   least squares over %zu samples, each the %s of %d timed loops\n",
+                  samples.size(), o.use_min ? "minimum" : "median", o.reps);
+    text += line;
+    std::snprintf(line, sizeof line, "# alpha %.3f us, intra bandwidth %.3f GB/s per rank, reduce %.3f GB/s per rank\n",
+                  t.intra.latency_s * 1e6, t.intra.bandwidth_Bps / 1e9, t.reduce_Bps / 1e9);
+    text += line;
+    text += report;
+    std::snprintf(line, sizeof line, "#   all: rms relative error %.1f %%, worst %.1f %%\n",
+                  100 * std::sqrt(total_sq / double(samples.size())), 100 * worst);
+    text += line;
+    if (c[0] <= 0 || c[1] <= 1 / free_Bps || c[2] <= 1 / free_Bps)
+        text += "# note: the best non-negative fit gives a term no cost (alpha 0 or a bandwidth of 1e13 B/s):\n"
+                "#   the data do not resolve it from the others\n";
+    text += "# inter.* are not measured (one host): the defaults, InfiniBand-class assumptions\n";
+    text += model::to_text(t);
+
+    if (!o.csv_path.empty()) {
+        std::FILE* f = std::fopen(o.csv_path.c_str(), "w");
+        if (f == nullptr) throw usage_error{"--csv: cannot write " + o.csv_path};
+        std::fprintf(f, "collective,algorithm,ranks,size_bytes,measured_s,predicted_s,steps,moved_bytes,"
+                        "reduced_bytes\n");
+        for (const sample& p : samples)
+            std::fprintf(f, "%s,%s,%d,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g\n", kind_name(p.kind),
+                         model::algorithm_name(p.algo), n, p.bytes, p.seconds,
+                         model::predict(to_collective(p.kind), p.algo, n, p.bytes, t), p.x.steps, p.x.moved,
+                         p.x.reduced);
+        std::fclose(f);
+    }
+    if (o.output.empty() || o.output == "-") {
+        std::fputs(text.c_str(), stdout);
+    } else {
+        std::FILE* f = std::fopen(o.output.c_str(), "w");
+        if (f == nullptr) throw usage_error{"-o: cannot write " + o.output};
+        std::fputs(text.c_str(), f);
+        if (std::fclose(f) != 0) throw usage_error{"-o: error writing " + o.output};
+        std::fputs(text.c_str(), stderr);
+        std::fprintf(stderr, "chorus_calibrate: wrote %s\n", o.output.c_str());
+    }
+    return 0;
+}
+
+// --- validation ----------------------------------------------------------------------
+
+struct vrow {
+    double bytes;
+    std::string name;     // the policy
+    model::algorithm ran; // what the model predicts it as
+    double measured;
+    double predicted;
+};
+
+//! What the model predicts policy P runs for an AllReduce of `count` floats.
+template <class P>
+model::algorithm modelled_as(const model::topology& t, int n, std::size_t count) {
+    if constexpr (requires(const chorus::schedule_args& a) { P::choose(a); }) {
+        chorus::schedule_args a{};
+        a.coll = collective::all_reduce;
+        a.nranks = n;
+        a.count = count;
+        a.elem_bytes = sizeof(float);
+        a.commutative = true;
+        a.topo = &t;
+        return P::choose(a);
+    } else {
+        model::algorithm a = model::algorithm::ring;
+        if (!model::algorithm_from_name(P::name, a))
+            throw usage_error{std::string("policy '") + P::name + "' has no counterpart in the model"};
+        return a;
+    }
+}
+
+template <class P>
+bool selected(const options& o) {
+    return o.algos.empty() || ("," + o.algos + ",").find(std::string(",") + P::name + ",") != std::string::npos;
+}
+
+//! Times every selected policy's AllReduce at every size, the policies
+//! interleaved per size (all of one size, then the next): they see the same
+//! machine, which on a shared one drifts from minute to minute.
+template <class... P>
+void validate_all(policy_list<P...>, const options& o, const model::topology& t, const std::vector<double>& sizes,
+                  std::vector<vrow>& rows) {
+    const int n = o.ranks;
+    constexpr std::size_t np = sizeof...(P);
+    const char* names[np] = {P::name...};
+    std::vector<std::vector<double>> m(np, std::vector<double>(sizes.size(), 0.0));
+    std::fprintf(stderr, "chorus_calibrate: timing all_reduce on %d ranks, %zu sizes:", n, sizes.size());
+    std::size_t shown = 0;
+    ((selected<P>(o) ? (std::fprintf(stderr, " %s", P::name), ++shown) : shown), ...);
+    std::fprintf(stderr, "\n");
+    if (shown == 0) throw usage_error{"--algos: no policy of that name (see the rows of a full --validate)"};
+    with_ranks(o, n, *std::max_element(sizes.begin(), sizes.end()), [&](timer& tm) {
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+            const std::size_t count = call_count(op_kind::all_reduce, sizes[i], n);
+            if (count == 0) continue;
+            std::size_t q = 0;
+            (
+                [&] {
+                    const std::size_t me = q++;
+                    if (!selected<P>(o)) return;
+                    const double s = tm.template time<P>(op_kind::all_reduce, count);
+                    if (tm.comm.rank() == 0) m[me][i] = s; // the others return 0
+                }(),
+                ...);
+        }
+    });
+    std::size_t idx = 0;
+    (
+        [&] {
+            const std::size_t me = idx++;
+            if (!selected<P>(o)) return;
+            for (std::size_t i = 0; i < sizes.size(); ++i) {
+                const std::size_t count = call_count(op_kind::all_reduce, sizes[i], n);
+                if (count == 0 || !(m[me][i] > 0)) continue;
+                const double bytes = call_bytes(op_kind::all_reduce, count, n);
+                const model::algorithm a = modelled_as<P>(t, n, count);
+                rows.push_back({bytes, names[me], a, m[me][i],
+                                model::predict(collective::all_reduce, a, n, bytes, t)});
+            }
+        }(),
+        ...);
+}
+
+int validate(const options& o) {
+    const int n = o.ranks;
+    model::topology t = o.model_path.empty() ? model::current() : model::load_file(o.model_path);
+    const std::string model_desc = o.model_path.empty()
+                                       ? (std::getenv("CHORUS_MODEL") ? "CHORUS_MODEL" : "the built-in default")
+                                       : o.model_path;
+    // `automatic` reads model::current(): point it at the same file.
+    if (!o.model_path.empty()) setenv("CHORUS_MODEL", o.model_path.c_str(), 1);
+    t.ranks_per_node = 0; // the threads backend here: one node
+    const std::vector<double> sizes = sweep(o.min_bytes, o.max_bytes, o.factor);
+    std::vector<vrow> rows;
+    validate_all(validated_policies{}, o, t, sizes, rows);
+
+    constexpr double judged_from = 64.0 * 1024;
+    std::printf("# chorus_calibrate --validate: AllReduce (float, sum, out of place), threads backend, %d ranks, %s\n",
+                n, utc_now().c_str());
+    std::printf("# model: %s (alpha %.3f us, intra %.3f GB/s, reduce %.3f GB/s); %s of %d timed loops per point\n",
+                model_desc.c_str(), t.intra.latency_s * 1e6, t.intra.bandwidth_Bps / 1e9, t.reduce_Bps / 1e9,
+                o.use_min ? "minimum" : "median", o.reps);
+    std::printf("# ok: |predicted/measured - 1| <= 25 %%, judged for sizes >= 64 KiB ('-' below)\n");
+    std::printf("%12s %-28s %14s %14s %8s %4s\n", "size", "algorithm", "measured_us", "predicted_us", "ratio", "ok");
+    std::FILE* csv = nullptr;
+    if (!o.csv_path.empty()) {
+        csv = std::fopen(o.csv_path.c_str(), "w");
+        if (csv == nullptr) throw usage_error{"--csv: cannot write " + o.csv_path};
+        std::fprintf(csv, "size_bytes,algorithm,modelled_as,ranks,measured_s,predicted_s,ratio,judged,within_25\n");
+    }
+    std::stable_sort(rows.begin(), rows.end(), [](const vrow& a, const vrow& b) { return a.bytes < b.bytes; });
+    struct tally {
+        std::string name;
+        int judged = 0, ok = 0;
+        std::vector<double> ratios;
+    };
+    std::vector<tally> tallies;
+    for (const vrow& r : rows) {
+        const double ratio = r.predicted / r.measured;
+        const bool judged = r.bytes >= judged_from;
+        const bool ok = std::fabs(ratio - 1) <= 0.25;
+        std::string label = r.name;
+        if (label != model::algorithm_name(r.ran)) label += std::string("(") + model::algorithm_name(r.ran) + ")";
+        std::printf("%12.0f %-28s %14.2f %14.2f %8.3f %4s\n", r.bytes, label.c_str(), r.measured * 1e6,
+                    r.predicted * 1e6, ratio, judged ? (ok ? "yes" : "NO") : "-");
+        if (csv != nullptr)
+            std::fprintf(csv, "%.0f,%s,%s,%d,%.9g,%.9g,%.6f,%d,%d\n", r.bytes, r.name.c_str(),
+                         model::algorithm_name(r.ran), n, r.measured, r.predicted, ratio, judged ? 1 : 0,
+                         judged && ok ? 1 : 0);
+        auto it = std::find_if(tallies.begin(), tallies.end(), [&](const tally& x) { return x.name == r.name; });
+        if (it == tallies.end()) it = tallies.insert(tallies.end(), tally{r.name, 0, 0, {}});
+        if (judged) {
+            ++it->judged;
+            it->ok += ok ? 1 : 0;
+            it->ratios.push_back(ratio);
+        }
+    }
+    if (csv != nullptr) std::fclose(csv);
+
+    std::printf("\n# per algorithm, sizes >= 64 KiB: within 25 %% / judged, median predicted/measured\n");
+    int all_ok = 0, all_judged = 0;
+    for (const tally& x : tallies) {
+        all_ok += x.ok;
+        all_judged += x.judged;
+        std::printf("%-20s %3d / %-3d  median ratio %s\n", x.name.c_str(), x.ok, x.judged,
+                    x.ratios.empty() ? "-" : std::to_string(statistic(x.ratios, false)).c_str());
+    }
+    std::printf("%-20s %3d / %-3d\n", "all", all_ok, all_judged);
+
+    // The selector's view: per size, the model's pick among the measured
+    // (non-automatic) algorithms against the fastest measured one.
+    std::printf("\n# per size: the model's pick vs the fastest measured (automatic left out); "
+                "cost = measured time of the pick / fastest\n");
+    std::printf("%12s %-20s %-20s %8s\n", "size", "model_pick", "fastest", "cost");
+    std::vector<double> costs;
+    for (std::size_t i = 0; i < rows.size();) {
+        std::size_t j = i;
+        while (j < rows.size() && rows[j].bytes == rows[i].bytes) ++j;
+        const vrow* pick = nullptr;
+        const vrow* fast = nullptr;
+        for (std::size_t q = i; q < j; ++q) {
+            if (rows[q].name != model::algorithm_name(rows[q].ran)) continue; // automatic or an alias
+            if (pick == nullptr || rows[q].predicted < pick->predicted) pick = &rows[q];
+            if (fast == nullptr || rows[q].measured < fast->measured) fast = &rows[q];
+        }
+        if (pick != nullptr && fast != nullptr) {
+            costs.push_back(pick->measured / fast->measured);
+            std::printf("%12.0f %-20s %-20s %8.2f\n", rows[i].bytes, pick->name.c_str(), fast->name.c_str(),
+                        pick->measured / fast->measured);
+        }
+        i = j;
+    }
+    if (!costs.empty())
+        std::printf("# the pick's cost over the fastest: median %.2f, worst %.2f\n", statistic(costs, false),
+                    *std::max_element(costs.begin(), costs.end()));
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    try {
+        const options o = parse_options(argc, argv);
+        return o.validate ? validate(o) : calibrate(o);
+    } catch (const usage_error& e) {
+        std::fprintf(stderr, "chorus_calibrate: %s\n", e.what.c_str());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "chorus_calibrate: %s\n", e.what());
+        return 1;
+    }
+}
