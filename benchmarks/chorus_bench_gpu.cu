@@ -73,16 +73,7 @@ using chorus_bench::coll_name;
 using chorus_bench::coll_uses_op;
 using chorus_bench::coll_uses_root;
 
-constexpr chorus::collective to_collective(coll_kind c) {
-    switch (c) {
-    case coll_kind::all_reduce: return chorus::collective::all_reduce;
-    case coll_kind::all_gather: return chorus::collective::all_gather;
-    case coll_kind::reduce_scatter: return chorus::collective::reduce_scatter;
-    case coll_kind::broadcast: return chorus::collective::broadcast;
-    case coll_kind::reduce: return chorus::collective::reduce;
-    }
-    return chorus::collective::all_reduce;
-}
+using chorus_bench::to_collective;
 enum class type_kind { float32, bf16 };
 constexpr const char* type_name(type_kind t) { return t == type_kind::float32 ? "float" : "bf16"; }
 
