@@ -36,6 +36,7 @@
 
 #include "../core/config.hpp"
 #include "../plan/partition.hpp"
+#include "compose.hpp"
 #include "schedule.hpp"
 
 namespace chorus {
@@ -107,14 +108,11 @@ struct direct_schedule {
 
     //! Chunk k of channel c of the index range [base, base + len).
     CHORUS_HD constexpr index_range piece(std::uint64_t base, std::uint64_t len, int c, std::uint64_t k) const {
-        const index_range ch = split({base, base + len}, std::uint64_t(c), std::uint64_t(nchannels), align);
-        return split(ch, k, chunks, align);
+        return detail::piece({base, base + len}, c, nchannels, k, chunks, align);
     }
 
     //! Waits until every rank (but this one) has done `units` units.
-    CHORUS_HD constexpr wait_spec everyone(std::uint64_t u) const {
-        return {0, u, static_cast<std::uint16_t>(nranks), 1};
-    }
+    CHORUS_HD constexpr wait_spec everyone(std::uint64_t u) const { return detail::everyone(nranks, u); }
 
     CHORUS_HD constexpr step unit(int c, std::uint64_t p) const {
         const std::uint64_t K = chunks;
