@@ -214,15 +214,17 @@ def plot_measured_vs_predicted(rows, title, path, written, by_label=False):
 
 
 def plot_validate(rows, out, suffix, written):
-    by_n = defaultdict(list)
+    # One figure per (collective, ranks); files without a collective column are AllReduce.
+    by = defaultdict(list)
     for r in rows:
-        by_n[int(r["ranks"])].append(dict(r, label=r["algorithm"]))
-    for n, rs in sorted(by_n.items()):
+        by[(r.get("collective") or "all_reduce", int(r["ranks"]))].append(dict(r, label=r["algorithm"]))
+    for (coll, n), rs in sorted(by.items()):
         judged = [r for r in rs if r["judged"] == "1"]
         ok = sum(1 for r in judged if r["within_25"] == "1")
+        name = f"validate_n{n}" if coll == "all_reduce" else f"validate_{coll}_n{n}"
         plot_measured_vs_predicted(
-            rs, f"chorus_calibrate --validate: AllReduce, {n} ranks (threads); within 25 %: {ok} of {len(judged)} "
-                f"points >= 64 KiB", os.path.join(out, f"validate_n{n}{suffix}.png"), written)
+            rs, f"chorus_calibrate --validate: {coll}, {n} ranks (threads); within 25 %: {ok} of {len(judged)} "
+                f"points >= 64 KiB", os.path.join(out, f"{name}{suffix}.png"), written)
 
 
 def plot_calibration(rows, out, suffix, written):

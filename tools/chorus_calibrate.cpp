@@ -102,7 +102,8 @@ struct usage_error {
 void print_usage(std::FILE* to, const char* argv0) {
     std::fprintf(to,
                  "usage: %s [options]\n"
-                 "  -t, --ranks N          ranks = threads (default 2)\n"
+                 "  -t, --ranks N[,M...]   ranks = threads (default 2); calibration with a list fits the\n"
+                 "                         first-order terms at the first and measures corrections at each\n"
                  "  -o, --output FILE      write the topology file here (default stdout)\n"
                  "  -b, --minbytes SIZE    smallest size, bytes; K M G suffixes (default 8); the latency\n"
                  "                         series (direct<> AllReduce, 8 B .. 1 KiB) is always measured\n"
@@ -116,6 +117,10 @@ void print_usage(std::FILE* to, const char* argv0) {
                  "      --validate         compare every policy's AllReduce with the model instead\n"
                  "      --model FILE       the model --validate checks (default: CHORUS_MODEL or the built-in)\n"
                  "      --algos LIST       --validate only these policies (names as printed, comma-separated)\n"
+                 "      --collectives LIST --validate these: all_reduce,all_gather,reduce_scatter,broadcast,reduce\n"
+                 "                         or all (default all_reduce)\n"
+                 "      --no-corrections   write the first-order fit alone, without the per-algorithm\n"
+                 "                         corrections (measured / predicted at 8 B * 4^i)\n"
                  "      --csv FILE         also write the rows (fit samples, or the validation) as CSV\n"
                  "  -h, --help             this text\n",
                  argv0);
@@ -123,6 +128,7 @@ void print_usage(std::FILE* to, const char* argv0) {
 
 struct options {
     int ranks = 2;
+    std::vector<int> rank_list{2}; // -t 2,4: the fit at the first, corrections at each
     std::string output;
     double min_bytes = 8, max_bytes = 64.0 * 1024 * 1024;
     double factor = 2;
@@ -133,6 +139,8 @@ struct options {
     std::string model_path;
     std::string csv_path;
     std::string algos; // --validate: comma-separated policy names, empty: all
+    bool corrections = true; // --no-corrections: the first-order fit alone
+    std::string collectives = "all_reduce"; // --validate: comma-separated collectives
     std::string command;
 };
 
@@ -197,16 +205,32 @@ options parse_options(int argc, char** argv) {
             o.validate = true;
             continue;
         }
+        if (arg == "--no-corrections") {
+            if (has_value) throw usage_error{"--no-corrections takes no value"};
+            o.corrections = false;
+            continue;
+        }
         static constexpr std::string_view valued[] = {"-t", "--ranks",  "-o",          "--output", "-b", "--minbytes",
                                                       "-e", "--maxbytes", "-f",        "--stepfactor", "-r", "--reps",
-                                                      "--stat", "--budget", "--model", "--csv", "--algos"};
+                                                      "--stat", "--budget", "--model", "--csv", "--algos",
+                                                      "--collectives"};
         if (std::find(std::begin(valued), std::end(valued), arg) == std::end(valued))
             throw usage_error{"unknown argument '" + std::string(argv[i]) + "' (see --help)"};
         if (!has_value) {
             if (i + 1 >= argc) throw usage_error{arg + " needs a value"};
             value = argv[++i];
         }
-        if (arg == "-t" || arg == "--ranks") o.ranks = int(parse_int(value, arg, 1, 64));
+        if (arg == "-t" || arg == "--ranks") {
+            o.rank_list.clear();
+            std::string_view rest = value;
+            while (true) {
+                const std::size_t comma = rest.find(',');
+                o.rank_list.push_back(int(parse_int(rest.substr(0, comma), arg, 1, 64)));
+                if (comma == std::string_view::npos) break;
+                rest = rest.substr(comma + 1);
+            }
+            o.ranks = o.rank_list.front();
+        }
         else if (arg == "-o" || arg == "--output") o.output = value;
         else if (arg == "-b" || arg == "--minbytes") o.min_bytes = parse_bytes(value, arg);
         else if (arg == "-e" || arg == "--maxbytes") o.max_bytes = parse_bytes(value, arg);
@@ -219,6 +243,7 @@ options parse_options(int argc, char** argv) {
         else if (arg == "--model") o.model_path = value;
         else if (arg == "--csv") o.csv_path = value;
         else if (arg == "--algos") o.algos = value;
+        else if (arg == "--collectives") o.collectives = value;
     }
     if (o.min_bytes < 4) throw usage_error{"--minbytes must be at least 4 (one float)"};
     if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
@@ -227,6 +252,11 @@ options parse_options(int argc, char** argv) {
     if (o.validate && !o.output.empty()) throw usage_error{"-o writes a calibration; --validate writes --csv"};
     if (!o.validate && !o.model_path.empty()) throw usage_error{"--model is for --validate"};
     if (!o.validate && !o.algos.empty()) throw usage_error{"--algos is for --validate"};
+    if (!o.validate && o.collectives != "all_reduce") throw usage_error{"--collectives is for --validate"};
+    if (o.validate && !o.corrections) throw usage_error{"--no-corrections is for calibration"};
+    if (o.validate && o.rank_list.size() > 1) throw usage_error{"--validate takes one rank count (-t N)"};
+    for (int r : o.rank_list)
+        if (std::count(o.rank_list.begin(), o.rank_list.end(), r) > 1) throw usage_error{"-t: a rank count twice"};
     return o;
 }
 
@@ -244,23 +274,29 @@ double statistic(std::vector<double> v, bool use_min) {
 }
 
 //! The collectives calibration and validation time.
-enum class op_kind { all_reduce, all_gather, reduce_scatter };
+enum class op_kind { all_reduce, all_gather, reduce_scatter, broadcast, reduce };
 
 constexpr collective to_collective(op_kind k) {
-    return k == op_kind::all_reduce   ? collective::all_reduce
-           : k == op_kind::all_gather ? collective::all_gather
-                                      : collective::reduce_scatter;
+    switch (k) {
+    case op_kind::all_reduce: return collective::all_reduce;
+    case op_kind::all_gather: return collective::all_gather;
+    case op_kind::reduce_scatter: return collective::reduce_scatter;
+    case op_kind::broadcast: return collective::broadcast;
+    case op_kind::reduce: return collective::reduce;
+    }
+    return collective::all_reduce;
 }
+constexpr bool per_rank_blocks(op_kind k) { return k == op_kind::all_gather || k == op_kind::reduce_scatter; }
 
 //! Per-rank element counts of a call of nccl-tests size `bytes` (floats):
 //! the block for AllGather/ReduceScatter, the buffer otherwise. 0: too small.
 std::size_t call_count(op_kind k, double bytes, int n) {
     const std::size_t elems = std::size_t(bytes) / sizeof(float);
-    return k == op_kind::all_reduce ? elems : elems / std::size_t(n);
+    return per_rank_blocks(k) ? elems / std::size_t(n) : elems;
 }
 //! The size the call really has (a whole number of floats per block).
 double call_bytes(op_kind k, std::size_t count, int n) {
-    return double(count) * sizeof(float) * (k == op_kind::all_reduce ? 1.0 : double(n));
+    return double(count) * sizeof(float) * (per_rank_blocks(k) ? double(n) : 1.0);
 }
 
 //! What one rank needs to time calls: its buffers (at the largest size,
@@ -301,6 +337,11 @@ struct timer {
                 chorus::reduce_scatter<Algo>(comm, std::span<const float>(in.data(), count * std::size_t(n)),
                                              std::span<float>(out.data(), count));
                 break;
+            case op_kind::broadcast: chorus::broadcast<Algo>(comm, std::span<float>(out.data(), count), 0); break;
+            case op_kind::reduce:
+                chorus::reduce<Algo>(comm, std::span<const float>(in.data(), count),
+                                     std::span<float>(out.data(), count), chorus::sum{}, 0);
+                break;
             }
         };
         // Short loops, several of them: on a shared machine some catch a quiet moment.
@@ -334,6 +375,47 @@ void with_ranks(const options& o, int n, double biggest, F&& body) {
         body(t);
     });
 }
+
+//! Seconds per call of the policy that runs model algorithm `a` (rank 0; the others 0).
+double time_algo(timer& tm, model::algorithm a, op_kind k, std::size_t count) {
+    switch (a) {
+    case model::algorithm::ring: return tm.time<chorus::ring<>>(k, count);
+    case model::algorithm::direct: return tm.time<chorus::direct<>>(k, count);
+    case model::algorithm::tree: return tm.time<chorus::tree<>>(k, count);
+    case model::algorithm::recursive_doubling: return tm.time<chorus::recursive_doubling<>>(k, count);
+    case model::algorithm::rabenseifner: return tm.time<chorus::rabenseifner<>>(k, count);
+    case model::algorithm::two_shot: return tm.time<chorus::two_shot<>>(k, count);
+    case model::algorithm::hierarchical: return tm.time<chorus::hierarchical<>>(k, count);
+    }
+    return 0;
+}
+
+//! The (collective, algorithm) pairs calibration corrects: every distinct
+//! schedule automatic may pick on one node (model::runs_as: the other
+//! policies run one of these for that collective).
+struct series_spec {
+    op_kind kind;
+    model::algorithm algo;
+};
+constexpr series_spec correction_plan[] = {
+    {op_kind::all_reduce, model::algorithm::ring},
+    {op_kind::all_reduce, model::algorithm::direct},
+    {op_kind::all_reduce, model::algorithm::tree},
+    {op_kind::all_reduce, model::algorithm::recursive_doubling},
+    {op_kind::all_reduce, model::algorithm::rabenseifner},
+    {op_kind::all_reduce, model::algorithm::two_shot},
+    {op_kind::all_reduce, model::algorithm::hierarchical},
+    {op_kind::all_gather, model::algorithm::ring},
+    {op_kind::all_gather, model::algorithm::direct},
+    {op_kind::reduce_scatter, model::algorithm::ring},
+    {op_kind::reduce_scatter, model::algorithm::direct},
+    {op_kind::broadcast, model::algorithm::ring},
+    {op_kind::broadcast, model::algorithm::direct},
+    {op_kind::broadcast, model::algorithm::tree},
+    {op_kind::reduce, model::algorithm::ring},
+    {op_kind::reduce, model::algorithm::direct},
+    {op_kind::reduce, model::algorithm::tree},
+};
 
 //! Times policy Algo's collective `k` at every size: seconds per call;
 //! sizes too small for one float per rank come back as 0.
@@ -385,7 +467,9 @@ bool solve(std::array<std::array<double, 3>, 3> A, std::array<double, 3> b, int 
     return true;
 }
 
-std::array<double, 3> features(const sample& s) { return {s.x.steps, s.x.moved, s.x.reduced}; }
+// The threads backend's ranks share one memory: local bytes cost what moved
+// bytes cost (topology::local_Bps = 0), so they share one unknown.
+std::array<double, 3> features(const sample& s) { return {s.x.steps, s.x.moved + s.x.local, s.x.reduced}; }
 
 //! Relative residuals of coefficients c = (alpha, 1/bw, 1/red).
 double sum_sq_rel(const std::vector<sample>& v, const std::array<double, 3>& c) {
@@ -447,6 +531,77 @@ std::string utc_now() {
     return buf;
 }
 
+//! Times every correction_plan series at the correction grid sizes within
+//! [-b, -e] (all series interleaved size by size, so they see the same
+//! machine) and stores measured / predicted in t.corrections; grid sizes
+//! outside the sweep take the nearest measured ratio. Returns the header
+//! lines that describe them.
+std::string measure_corrections(const options& o, int n, model::topology& t) {
+    constexpr int G = model::correction_points;
+    constexpr std::size_t S = sizeof(correction_plan) / sizeof(correction_plan[0]);
+    std::vector<double> grid;
+    for (int i = 0; i < G; ++i) {
+        const double b = model::correction::grid_bytes(i);
+        if (b >= o.min_bytes * (1 - 1e-12) && b <= o.max_bytes * (1 + 1e-12)) grid.push_back(b);
+    }
+    if (grid.empty()) return "# corrections: none (no grid size 8 B * 4^i within -b .. -e)\n";
+    std::fprintf(stderr, "chorus_calibrate: timing %zu series for the corrections on %d ranks, %zu sizes\n", S, n,
+                 grid.size());
+    std::vector<std::vector<double>> m(S, std::vector<double>(grid.size(), 0.0));
+    with_ranks(o, n, grid.back(), [&](timer& tm) {
+        for (std::size_t i = 0; i < grid.size(); ++i)
+            for (std::size_t q = 0; q < S; ++q) {
+                const std::size_t count = call_count(correction_plan[q].kind, grid[i], n);
+                if (count == 0) continue; // the same on every rank
+                const double sec = time_algo(tm, correction_plan[q].algo, correction_plan[q].kind, count);
+                if (tm.comm.rank() == 0) m[q][i] = sec;
+            }
+    });
+    std::string out = "# corrections (measured / first-order prediction) at 8 B * 4^i, from " +
+                      std::to_string(grid.size()) + " sizes, interleaved; the other grid sizes repeat the nearest\n";
+    for (std::size_t q = 0; q < S; ++q) {
+        model::correction k{};
+        k.coll = to_collective(correction_plan[q].kind);
+        k.algo = correction_plan[q].algo;
+        k.nranks = n;
+        double r[G] = {};
+        bool have[G] = {};
+        for (std::size_t i = 0; i < grid.size(); ++i) {
+            const std::size_t count = call_count(correction_plan[q].kind, grid[i], n);
+            if (count == 0 || !(m[q][i] > 0)) continue;
+            const double bytes = call_bytes(correction_plan[q].kind, count, n);
+            const double pred = model::predict_uncorrected(k.coll, k.algo, n, bytes, t);
+            if (!(pred > 0)) continue;
+            const int g = int(std::lround(std::log2(grid[i] / 8) / 2));
+            r[g] = m[q][i] / pred;
+            have[g] = true;
+        }
+        int first = -1, last = -1;
+        for (int g = 0; g < G; ++g)
+            if (have[g]) {
+                if (first < 0) first = g;
+                last = g;
+            }
+        if (first < 0) continue;
+        for (int g = 0; g < G; ++g) {
+            if (!have[g]) { // nearest measured
+                int best = first;
+                for (int h = first; h <= last; ++h)
+                    if (have[h] && std::abs(h - g) < std::abs(best - g)) best = h;
+                r[g] = r[best];
+            }
+            k.ratio[g] = float(r[g]);
+        }
+        if (t.correction_count < model::max_corrections) t.corrections[t.correction_count++] = k;
+        char line[160];
+        std::snprintf(line, sizeof line, "#   %s %s: %.2f .. %.2f\n", model::algorithm_name(k.algo),
+                      kind_name(correction_plan[q].kind), *std::min_element(r + first, r + last + 1),
+                      *std::max_element(r + first, r + last + 1));
+        out += line;
+    }
+    return out;
+}
+
 int calibrate(const options& o) {
     const int n = o.ranks;
     if (n < 2) throw usage_error{"calibration needs at least 2 ranks"};
@@ -492,6 +647,14 @@ int calibrate(const options& o) {
     t.intra.latency_s = c[0];
     t.intra.bandwidth_Bps = c[1] > 1 / free_Bps ? 1 / c[1] : free_Bps;
     t.reduce_Bps = c[2] > 1 / free_Bps ? 1 / c[2] : free_Bps;
+    t.local_Bps = 0; // one memory: local bytes at the link bandwidth (features())
+    std::string corrections_report;
+    t.correction_count = 0;
+    if (o.corrections)
+        for (int r : o.rank_list) {
+            if (r < 2) continue; // one rank is a local copy: nothing to correct
+            corrections_report += "# " + std::to_string(r) + " ranks:\n" + measure_corrections(o, r, t);
+        }
 
     // Residuals per series with the fitted (and clamped) model.
     std::string report;
@@ -503,7 +666,7 @@ int calibrate(const options& o) {
         int cnt = 0;
         for (const sample& p : samples) {
             if (p.kind != s.kind || p.algo != s.algo) continue;
-            const double r = model::predict(to_collective(p.kind), p.algo, n, p.bytes, t) / p.seconds - 1;
+            const double r = model::predict_uncorrected(to_collective(p.kind), p.algo, n, p.bytes, t) / p.seconds - 1;
             sq += r * r;
             mx = std::max(mx, std::fabs(r));
             ++cnt;
@@ -517,7 +680,10 @@ int calibrate(const options& o) {
     }
 
     std::string text;
-    text += "# chorus_calibrate: threads backend, " + std::to_string(n) + " ranks, " + utc_now() + "\n";
+    std::string ranks_text;
+    for (int r : o.rank_list) ranks_text += (ranks_text.empty() ? "" : ",") + std::to_string(r);
+    text += "# chorus_calibrate: threads backend, " + ranks_text + " ranks (first-order fit at " + std::to_string(n) +
+            "), " + utc_now() + "\n";
     text += "# command: " + o.command + "\n";
     std::snprintf(line, sizeof line,
                   "# fit: time = steps*alpha + moved/bw + reduced/reduce_Bps, weighted (1/measured) non-negative\n"
@@ -531,6 +697,7 @@ int calibrate(const options& o) {
     std::snprintf(line, sizeof line, "#   all: rms relative error %.1f %%, worst %.1f %%\n",
                   100 * std::sqrt(total_sq / double(samples.size())), 100 * worst);
     text += line;
+    text += corrections_report;
     if (c[0] <= 0 || c[1] <= 1 / free_Bps || c[2] <= 1 / free_Bps)
         text += "# note: the best non-negative fit gives a term no cost (alpha 0 or a bandwidth of 1e13 B/s):\n"
                 "#   the data do not resolve it from the others\n";
@@ -545,7 +712,7 @@ int calibrate(const options& o) {
         for (const sample& p : samples)
             std::fprintf(f, "%s,%s,%d,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g\n", kind_name(p.kind),
                          model::algorithm_name(p.algo), n, p.bytes, p.seconds,
-                         model::predict(to_collective(p.kind), p.algo, n, p.bytes, t), p.x.steps, p.x.moved,
+                         model::predict_uncorrected(to_collective(p.kind), p.algo, n, p.bytes, t), p.x.steps, p.x.moved,
                          p.x.reduced);
         std::fclose(f);
     }
@@ -565,6 +732,7 @@ int calibrate(const options& o) {
 // --- validation ----------------------------------------------------------------------
 
 struct vrow {
+    op_kind kind;
     double bytes;
     std::string name;     // the policy
     model::algorithm ran; // what the model predicts it as
@@ -572,12 +740,12 @@ struct vrow {
     double predicted;
 };
 
-//! What the model predicts policy P runs for an AllReduce of `count` floats.
+//! What the model predicts policy P runs for collective k of per-rank count `count` floats.
 template <class P>
-model::algorithm modelled_as(const model::topology& t, int n, std::size_t count) {
+model::algorithm modelled_as(const model::topology& t, int n, std::size_t count, op_kind k) {
     if constexpr (requires(const chorus::schedule_args& a) { P::choose(a); }) {
         chorus::schedule_args a{};
-        a.coll = collective::all_reduce;
+        a.coll = to_collective(k);
         a.nranks = n;
         a.count = count;
         a.elem_bytes = sizeof(float);
@@ -588,7 +756,7 @@ model::algorithm modelled_as(const model::topology& t, int n, std::size_t count)
         model::algorithm a = model::algorithm::ring;
         if (!model::algorithm_from_name(P::name, a))
             throw usage_error{std::string("policy '") + P::name + "' has no counterpart in the model"};
-        return a;
+        return model::runs_as(to_collective(k), a);
     }
 }
 
@@ -601,27 +769,27 @@ bool selected(const options& o) {
 //! interleaved per size (all of one size, then the next): they see the same
 //! machine, which on a shared one drifts from minute to minute.
 template <class... P>
-void validate_all(policy_list<P...>, const options& o, const model::topology& t, const std::vector<double>& sizes,
-                  std::vector<vrow>& rows) {
+void validate_all(policy_list<P...>, const options& o, op_kind kind, const model::topology& t,
+                  const std::vector<double>& sizes, std::vector<vrow>& rows) {
     const int n = o.ranks;
     constexpr std::size_t np = sizeof...(P);
     const char* names[np] = {P::name...};
     std::vector<std::vector<double>> m(np, std::vector<double>(sizes.size(), 0.0));
-    std::fprintf(stderr, "chorus_calibrate: timing all_reduce on %d ranks, %zu sizes:", n, sizes.size());
+    std::fprintf(stderr, "chorus_calibrate: timing %s on %d ranks, %zu sizes:", kind_name(kind), n, sizes.size());
     std::size_t shown = 0;
     ((selected<P>(o) ? (std::fprintf(stderr, " %s", P::name), ++shown) : shown), ...);
     std::fprintf(stderr, "\n");
     if (shown == 0) throw usage_error{"--algos: no policy of that name (see the rows of a full --validate)"};
     with_ranks(o, n, *std::max_element(sizes.begin(), sizes.end()), [&](timer& tm) {
         for (std::size_t i = 0; i < sizes.size(); ++i) {
-            const std::size_t count = call_count(op_kind::all_reduce, sizes[i], n);
+            const std::size_t count = call_count(kind, sizes[i], n);
             if (count == 0) continue;
             std::size_t q = 0;
             (
                 [&] {
                     const std::size_t me = q++;
                     if (!selected<P>(o)) return;
-                    const double s = tm.template time<P>(op_kind::all_reduce, count);
+                    const double s = tm.template time<P>(kind, count);
                     if (tm.comm.rank() == 0) m[me][i] = s; // the others return 0
                 }(),
                 ...);
@@ -633,12 +801,11 @@ void validate_all(policy_list<P...>, const options& o, const model::topology& t,
             const std::size_t me = idx++;
             if (!selected<P>(o)) return;
             for (std::size_t i = 0; i < sizes.size(); ++i) {
-                const std::size_t count = call_count(op_kind::all_reduce, sizes[i], n);
+                const std::size_t count = call_count(kind, sizes[i], n);
                 if (count == 0 || !(m[me][i] > 0)) continue;
-                const double bytes = call_bytes(op_kind::all_reduce, count, n);
-                const model::algorithm a = modelled_as<P>(t, n, count);
-                rows.push_back({bytes, names[me], a, m[me][i],
-                                model::predict(collective::all_reduce, a, n, bytes, t)});
+                const double bytes = call_bytes(kind, count, n);
+                const model::algorithm a = modelled_as<P>(t, n, count, kind);
+                rows.push_back({kind, bytes, names[me], a, m[me][i], model::predict(to_collective(kind), a, n, bytes, t)});
             }
         }(),
         ...);
@@ -654,24 +821,41 @@ int validate(const options& o) {
     if (!o.model_path.empty()) setenv("CHORUS_MODEL", o.model_path.c_str(), 1);
     t.ranks_per_node = 0; // the threads backend here: one node
     const std::vector<double> sizes = sweep(o.min_bytes, o.max_bytes, o.factor);
+    std::vector<op_kind> kinds;
+    {
+        constexpr op_kind all[] = {op_kind::all_reduce, op_kind::all_gather, op_kind::reduce_scatter,
+                                   op_kind::broadcast, op_kind::reduce};
+        const std::string list = "," + o.collectives + ",";
+        for (op_kind k : all)
+            if (o.collectives == "all" || list.find(std::string(",") + kind_name(k) + ",") != std::string::npos)
+                kinds.push_back(k);
+        if (kinds.empty()) throw usage_error{"--collectives: expected some of all_reduce,all_gather,reduce_scatter,"
+                                             "broadcast,reduce or all, got '" + o.collectives + "'"};
+    }
     std::vector<vrow> rows;
-    validate_all(validated_policies{}, o, t, sizes, rows);
+    for (op_kind k : kinds) validate_all(validated_policies{}, o, k, t, sizes, rows);
 
     constexpr double judged_from = 64.0 * 1024;
-    std::printf("# chorus_calibrate --validate: AllReduce (float, sum, out of place), threads backend, %d ranks, %s\n",
-                n, utc_now().c_str());
+    std::string kinds_text;
+    for (op_kind k : kinds) kinds_text += (kinds_text.empty() ? "" : ", ") + std::string(kind_name(k));
+    std::printf("# chorus_calibrate --validate: %s (float, sum, out of place; root 0), threads backend, %d ranks, %s\n",
+                kinds_text.c_str(), n, utc_now().c_str());
     std::printf("# model: %s (alpha %.3f us, intra %.3f GB/s, reduce %.3f GB/s); %s of %d timed loops per point\n",
                 model_desc.c_str(), t.intra.latency_s * 1e6, t.intra.bandwidth_Bps / 1e9, t.reduce_Bps / 1e9,
                 o.use_min ? "minimum" : "median", o.reps);
     std::printf("# ok: |predicted/measured - 1| <= 25 %%, judged for sizes >= 64 KiB ('-' below)\n");
-    std::printf("%12s %-28s %14s %14s %8s %4s\n", "size", "algorithm", "measured_us", "predicted_us", "ratio", "ok");
+    std::printf("%-14s %12s %-28s %14s %14s %8s %4s\n", "collective", "size", "algorithm", "measured_us",
+                "predicted_us", "ratio", "ok");
     std::FILE* csv = nullptr;
     if (!o.csv_path.empty()) {
         csv = std::fopen(o.csv_path.c_str(), "w");
         if (csv == nullptr) throw usage_error{"--csv: cannot write " + o.csv_path};
-        std::fprintf(csv, "size_bytes,algorithm,modelled_as,ranks,measured_s,predicted_s,ratio,judged,within_25\n");
+        std::fprintf(csv, "size_bytes,algorithm,modelled_as,ranks,measured_s,predicted_s,ratio,judged,within_25,"
+                          "collective\n");
     }
-    std::stable_sort(rows.begin(), rows.end(), [](const vrow& a, const vrow& b) { return a.bytes < b.bytes; });
+    std::stable_sort(rows.begin(), rows.end(), [](const vrow& a, const vrow& b) {
+        return a.kind != b.kind ? int(a.kind) < int(b.kind) : a.bytes < b.bytes;
+    });
     struct tally {
         std::string name;
         int judged = 0, ok = 0;
@@ -684,14 +868,15 @@ int validate(const options& o) {
         const bool ok = std::fabs(ratio - 1) <= 0.25;
         std::string label = r.name;
         if (label != model::algorithm_name(r.ran)) label += std::string("(") + model::algorithm_name(r.ran) + ")";
-        std::printf("%12.0f %-28s %14.2f %14.2f %8.3f %4s\n", r.bytes, label.c_str(), r.measured * 1e6,
-                    r.predicted * 1e6, ratio, judged ? (ok ? "yes" : "NO") : "-");
+        std::printf("%-14s %12.0f %-28s %14.2f %14.2f %8.3f %4s\n", kind_name(r.kind), r.bytes, label.c_str(),
+                    r.measured * 1e6, r.predicted * 1e6, ratio, judged ? (ok ? "yes" : "NO") : "-");
         if (csv != nullptr)
-            std::fprintf(csv, "%.0f,%s,%s,%d,%.9g,%.9g,%.6f,%d,%d\n", r.bytes, r.name.c_str(),
+            std::fprintf(csv, "%.0f,%s,%s,%d,%.9g,%.9g,%.6f,%d,%d,%s\n", r.bytes, r.name.c_str(),
                          model::algorithm_name(r.ran), n, r.measured, r.predicted, ratio, judged ? 1 : 0,
-                         judged && ok ? 1 : 0);
-        auto it = std::find_if(tallies.begin(), tallies.end(), [&](const tally& x) { return x.name == r.name; });
-        if (it == tallies.end()) it = tallies.insert(tallies.end(), tally{r.name, 0, 0, {}});
+                         judged && ok ? 1 : 0, kind_name(r.kind));
+        const std::string key = kinds.size() > 1 ? r.name + " " + kind_name(r.kind) : r.name;
+        auto it = std::find_if(tallies.begin(), tallies.end(), [&](const tally& x) { return x.name == key; });
+        if (it == tallies.end()) it = tallies.insert(tallies.end(), tally{key, 0, 0, {}});
         if (judged) {
             ++it->judged;
             it->ok += ok ? 1 : 0;
@@ -705,20 +890,20 @@ int validate(const options& o) {
     for (const tally& x : tallies) {
         all_ok += x.ok;
         all_judged += x.judged;
-        std::printf("%-20s %3d / %-3d  median ratio %s\n", x.name.c_str(), x.ok, x.judged,
+        std::printf("%-34s %3d / %-3d  median ratio %s\n", x.name.c_str(), x.ok, x.judged,
                     x.ratios.empty() ? "-" : std::to_string(statistic(x.ratios, false)).c_str());
     }
-    std::printf("%-20s %3d / %-3d\n", "all", all_ok, all_judged);
+    std::printf("%-34s %3d / %-3d\n", "all", all_ok, all_judged);
 
     // The selector's view: per size, the model's pick among the measured
     // (non-automatic) algorithms against the fastest measured one.
     std::printf("\n# per size: the model's pick vs the fastest measured (automatic left out); "
                 "cost = measured time of the pick / fastest\n");
-    std::printf("%12s %-20s %-20s %8s\n", "size", "model_pick", "fastest", "cost");
+    std::printf("%-14s %12s %-20s %-20s %8s\n", "collective", "size", "model_pick", "fastest", "cost");
     std::vector<double> costs;
     for (std::size_t i = 0; i < rows.size();) {
         std::size_t j = i;
-        while (j < rows.size() && rows[j].bytes == rows[i].bytes) ++j;
+        while (j < rows.size() && rows[j].bytes == rows[i].bytes && rows[j].kind == rows[i].kind) ++j;
         const vrow* pick = nullptr;
         const vrow* fast = nullptr;
         for (std::size_t q = i; q < j; ++q) {
@@ -728,8 +913,8 @@ int validate(const options& o) {
         }
         if (pick != nullptr && fast != nullptr) {
             costs.push_back(pick->measured / fast->measured);
-            std::printf("%12.0f %-20s %-20s %8.2f\n", rows[i].bytes, pick->name.c_str(), fast->name.c_str(),
-                        pick->measured / fast->measured);
+            std::printf("%-14s %12.0f %-20s %-20s %8.2f\n", kind_name(rows[i].kind), rows[i].bytes,
+                        pick->name.c_str(), fast->name.c_str(), pick->measured / fast->measured);
         }
         i = j;
     }

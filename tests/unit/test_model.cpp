@@ -4,10 +4,12 @@
 // extreme rank counts, and the topology file: round trip and errors that
 // name the file, the line and the key.
 
+#include <chorus/algo/automatic.hpp>
 #include <chorus/model/cost.hpp>
 
 #include <doctest/doctest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -226,9 +228,11 @@ TEST_CASE("model: bus bandwidth follows nccl-tests") {
     CHECK(p.busbw_Bps == doctest::Approx(p.algbw_Bps * 2 * 7 / 8));
     CHECK(model::bus_factor(collective::all_gather, 4) == doctest::Approx(0.75));
     CHECK(model::bus_factor(collective::broadcast, 4) == 1);
-    // A ring's bus bandwidth approaches the link bandwidth for large messages.
+    // A ring's bus bandwidth approaches the link bandwidth for large messages
+    // (when reductions and its local copies cost nothing).
     model::topology fast_reduce = t;
     fast_reduce.reduce_Bps = 1e18;
+    fast_reduce.local_Bps = 1e18;
     const model::prediction big = model::evaluate(collective::all_reduce, algorithm::ring, 8, 1e12, fast_reduce);
     CHECK(big.busbw_Bps == doctest::Approx(t.intra.bandwidth_Bps).epsilon(0.01));
 }
@@ -343,4 +347,175 @@ TEST_CASE("model: a direct broadcast is bounded by the root's link") {
           model::predict(collective::broadcast, algorithm::direct, 32, 256e6, t));
     CHECK(model::predict(collective::broadcast, algorithm::direct, 32, 8, t) <
           model::predict(collective::broadcast, algorithm::ring, 32, 8, t));
+}
+
+TEST_CASE("model: local bytes of AllReduce per algorithm, and what each policy runs elsewhere") {
+    const model::topology t{};
+    const double S = 4096;
+    auto local = [&](algorithm a, int n) { return model::decompose(collective::all_reduce, a, n, S, t).intra.local; };
+    CHECK(local(algorithm::ring, 4) == doctest::Approx(2 * S));   // (3n - 4) / n S
+    CHECK(local(algorithm::ring, 2) == doctest::Approx(S));
+    CHECK(local(algorithm::direct, 4) == doctest::Approx(S));
+    CHECK(local(algorithm::two_shot, 4) == doctest::Approx(S));
+    CHECK(local(algorithm::recursive_doubling, 8) == doctest::Approx(6 * S));   // 2 log2 n S
+    CHECK(local(algorithm::recursive_doubling, 6) == doctest::Approx(4 * S + 2 * S)); // + the fold
+    CHECK(local(algorithm::rabenseifner, 8) == doctest::Approx(3 * 7.0 / 8 * S));
+    CHECK(local(algorithm::tree, 8) == doctest::Approx(2 * S));
+    // Local bytes cost the link's bandwidth unless local_Bps says otherwise.
+    model::topology fast = t;
+    fast.local_Bps = 1e15;
+    CHECK(model::predict(collective::all_reduce, algorithm::ring, 4, S, fast) <
+          model::predict(collective::all_reduce, algorithm::ring, 4, S, t));
+    // Only AllReduce differs by policy; elsewhere they run one of the others.
+    CHECK(model::runs_as(collective::broadcast, algorithm::rabenseifner) == algorithm::direct);
+    CHECK(model::runs_as(collective::all_gather, algorithm::tree) == algorithm::ring);
+    CHECK(model::runs_as(collective::reduce, algorithm::tree) == algorithm::tree);
+    CHECK(model::runs_as(collective::reduce_scatter, algorithm::hierarchical) == algorithm::ring);
+    CHECK(model::runs_as(collective::all_reduce, algorithm::two_shot) == algorithm::two_shot);
+    for (collective c : {collective::all_gather, collective::reduce_scatter, collective::broadcast, collective::reduce})
+        for (algorithm a : model::all_algorithms) {
+            INFO(chorus::collective_name(c), " ", model::algorithm_name(a));
+            CHECK(model::predict(c, a, 6, 1 << 20, t) ==
+                  doctest::Approx(model::predict(c, model::runs_as(c, a), 6, 1 << 20, t)));
+        }
+}
+
+TEST_CASE("model: corrections scale predictions, interpolated between grid sizes") {
+    model::topology t{};
+    const double base = model::predict(collective::all_reduce, algorithm::ring, 4, 8192, t);
+    t.correction_count = 1;
+    model::correction& k = t.corrections[0];
+    k.coll = collective::all_reduce;
+    k.algo = algorithm::ring;
+    k.nranks = 4;
+    for (int i = 0; i < model::correction_points; ++i) k.ratio[i] = float(1 + i);
+    CHECK(model::correction::grid_bytes(0) == 8);
+    CHECK(model::correction::grid_bytes(12) == 128.0 * 1024 * 1024);
+    CHECK(k.at(1) == 1);                                   // below the grid: the first
+    CHECK(k.at(8192) == doctest::Approx(6));               // 8 * 4^5 exactly
+    CHECK(k.at(8192 + 0.5 * (32768 - 8192)) == doctest::Approx(6.5));
+    CHECK(k.at(1e12) == 13);                               // above: the last
+    CHECK(model::predict(collective::all_reduce, algorithm::ring, 4, 8192, t) == doctest::Approx(6 * base));
+    CHECK(model::predict_uncorrected(collective::all_reduce, algorithm::ring, 4, 8192, t) == doctest::Approx(base));
+    // Another rank count, algorithm or collective: no correction.
+    CHECK(model::predict(collective::all_reduce, algorithm::ring, 8, 8192, t) ==
+          doctest::Approx(model::predict_uncorrected(collective::all_reduce, algorithm::ring, 8, 8192, t)));
+    CHECK(t.correction_at(collective::all_reduce, algorithm::direct, 4, 8192) == 1);
+    CHECK(t.correction_at(collective::all_gather, algorithm::ring, 4, 8192) == 1);
+    // A policy that runs another's schedule takes that one's correction.
+    k.coll = collective::broadcast;
+    k.algo = algorithm::direct;
+    CHECK(model::predict(collective::broadcast, algorithm::two_shot, 4, 8192, t) ==
+          doctest::Approx(6 * model::predict_uncorrected(collective::broadcast, algorithm::direct, 4, 8192, t)));
+}
+
+TEST_CASE("model: corrections, local_Bps and flat_inter round-trip through the file") {
+    model::topology t{};
+    t.local_Bps = 3e12;
+    t.flat_inter = true;
+    t.correction_count = 2;
+    t.corrections[0] = {collective::all_reduce, algorithm::two_shot, 4, {}};
+    t.corrections[1] = {collective::reduce, algorithm::tree, 2, {}};
+    for (int i = 0; i < model::correction_points; ++i) {
+        t.corrections[0].ratio[i] = 1.0f / float(i + 3);
+        t.corrections[1].ratio[i] = 0.5f + float(i);
+    }
+    const std::string text = model::to_text(t);
+    CHECK(contains(text, "correction.all_reduce.two_shot.n4 = "));
+    CHECK(contains(text, "correction.reduce.tree.n2 = "));
+    const model::topology u = model::parse(text, "rt");
+    CHECK(u.local_Bps == 3e12);
+    CHECK(u.flat_inter);
+    REQUIRE(u.correction_count == 2);
+    for (int j = 0; j < 2; ++j) {
+        CHECK(u.corrections[j].coll == t.corrections[j].coll);
+        CHECK(u.corrections[j].algo == t.corrections[j].algo);
+        CHECK(u.corrections[j].nranks == t.corrections[j].nranks);
+        for (int i = 0; i < model::correction_points; ++i) CHECK(u.corrections[j].ratio[i] == t.corrections[j].ratio[i]);
+    }
+    CHECK(model::to_text(u) == text);
+
+    const std::string ones = " 1 1 1 1 1 1 1 1 1 1 1 1 1\n";
+    std::string m = error_of([] { model::parse("correction.all_reduce.ring.n4 = 1 2\n", "c.txt"); });
+    CHECK(contains(m, "'c.txt'"));
+    CHECK(contains(m, "'correction.all_reduce.ring.n4'"));
+    CHECK(contains(m, "13 ratios, got 2"));
+    m = error_of([&] { model::parse("correction.all_reduce.bogus.n4 =" + ones, "c"); });
+    CHECK(contains(m, "unknown algorithm 'bogus'"));
+    m = error_of([&] { model::parse("correction.gather.ring.n4 =" + ones, "c"); });
+    CHECK(contains(m, "unknown collective 'gather'"));
+    m = error_of([&] { model::parse("correction.all_reduce.ring.4 =" + ones, "c"); });
+    CHECK(contains(m, "n<ranks>"));
+    m = error_of([&] { model::parse("correction.all_reduce.ring.n4 =" + ones + "correction.all_reduce.ring.n4 =" + ones, "c"); });
+    CHECK(contains(m, "line 2"));
+    CHECK(contains(m, "twice"));
+    m = error_of([] { model::parse("correction.all_reduce.ring.n4 = 1 1 1 1 1 1 0 1 1 1 1 1 1\n", "c"); });
+    CHECK(contains(m, "ratios > 0"));
+    m = error_of([] { model::parse("flat_inter = 2\n", "c"); });
+    CHECK(contains(m, "'flat_inter'"));
+}
+
+TEST_CASE("model: with flat_inter (MPI) flat schedules pay the inter link, hierarchical's node phases the intra") {
+    const model::topology one_host = model::mpi_topology(4, false);
+    CHECK(one_host.flat_inter);
+    const double S = 16.0 * 1024 * 1024;
+    // One node of 4: ring is point-to-point, hierarchical runs on shared memory.
+    const model::breakdown ring = model::decompose(collective::all_reduce, algorithm::ring, 4, S, one_host);
+    CHECK(ring.intra.steps == 0);
+    CHECK(ring.inter.steps == 6);
+    const model::breakdown hier = model::decompose(collective::all_reduce, algorithm::hierarchical, 4, S, one_host);
+    CHECK(hier.intra.steps == 6);
+    CHECK(hier.inter.steps == 0);
+    CHECK(model::best(collective::all_reduce, 4, S, one_host) == algorithm::hierarchical);
+    // The other collectives' hierarchical<> runs its intra ring on one node too.
+    CHECK(model::decompose(collective::all_gather, algorithm::hierarchical, 4, S, one_host).inter.steps == 0);
+    // Two nodes of 2: hierarchical crosses the inter link once per node group.
+    const model::topology two = model::mpi_topology(2, true);
+    const model::breakdown h2 = model::decompose(collective::all_reduce, algorithm::hierarchical, 4, S, two);
+    CHECK(h2.intra.steps == 2);
+    CHECK(h2.inter.steps == 2);
+    CHECK(two.inter.bandwidth_Bps == model::infiniband_class_link.bandwidth_Bps);
+}
+
+TEST_CASE("automatic: the pick follows the topology it is given, its scratch limit and in-place changes") {
+    chorus::schedule_args a{collective::all_reduce, 0, 4, 0, 1 << 20, 4, false, 0};
+    model::topology t{};
+    a.topo = &t;
+    const algorithm first = chorus::automatic::choose(a);
+    CHECK(first == model::best(collective::all_reduce, 4, 4.0 * (1 << 20), t,
+                               std::array{algorithm::direct, algorithm::two_shot, algorithm::recursive_doubling,
+                                          algorithm::rabenseifner, algorithm::ring, algorithm::tree}
+                                   .data(),
+                               6));
+    // The same object changed in place: not the remembered choice. Make
+    // two_shot far cheaper than anything else by a correction.
+    t.correction_count = 1;
+    t.corrections[0] = {collective::all_reduce, algorithm::two_shot, 4, {}};
+    for (float& r : t.corrections[0].ratio) r = 1e-6f;
+    CHECK(chorus::automatic::choose(a) == algorithm::two_shot);
+    CHECK(chorus::automatic::make_schedule(a).which == algorithm::two_shot);
+    // A scratch limit leaves out what needs more: rd and Rabenseifner keep a
+    // whole vector of partials; two_shot and ring in place need none here.
+    for (float& r : t.corrections[0].ratio) r = 1;
+    t.corrections[0].algo = algorithm::recursive_doubling;
+    for (float& r : t.corrections[0].ratio) r = 1e-6f;
+    CHECK(chorus::automatic::choose(a) == algorithm::recursive_doubling);
+    a.scratch_limit_bytes = 1024;
+    const algorithm limited = chorus::automatic::choose(a);
+    CHECK(limited != algorithm::recursive_doubling);
+    CHECK(chorus::automatic::make_schedule(a).scratch_elems() * 4 <= 1024);
+    // Non-commutative operators never get an operand-reordering algorithm.
+    a.scratch_limit_bytes = 0;
+    a.commutative = false;
+    t.corrections[0].algo = algorithm::ring;
+    CHECK(chorus::automatic::choose(a) != algorithm::ring);
+    // On MPI (flat_inter), one node is a split: hierarchical<> is a candidate and wins large messages.
+    a.commutative = true;
+    t = model::mpi_topology(4, false);
+    a.node_size = 4;
+    a.count = 4 << 20;
+    CHECK(chorus::automatic::choose(a) == algorithm::hierarchical);
+    a.node_size = 0; // no node split known: not a candidate
+    t.ranks_per_node = 0;
+    CHECK(chorus::automatic::choose(a) != algorithm::hierarchical);
 }

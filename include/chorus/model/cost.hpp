@@ -7,10 +7,16 @@
 //! docs/model.md has the formulas with their derivation.
 //!
 //! The model, per level (intra-node, inter-node):
-//!     time = steps * latency + moved / bandwidth + reduced / reduce_Bps
+//!     time = steps * latency + moved / bandwidth + local / local_Bps
+//!            + reduced / reduce_Bps
 //! `steps` counts dependent steps (each waits for a peer), `moved` the
 //! bytes one rank receives (reads from peers) on the critical path,
-//! `reduced` the bytes of result one rank computes with the operator.
+//! `local` the bytes it reads from and writes to its own buffers besides
+//! (AllReduce only: there the algorithms differ most in it), `reduced` the
+//! bytes of result one rank computes with the operator. A calibrated
+//! topology also carries per-algorithm corrections: measured / predicted
+//! at sizes on a grid, for the rank counts it was calibrated with; the
+//! prediction is multiplied by the correction interpolated at its size.
 //! Bandwidth is per rank: ranks move data concurrently. A flat algorithm
 //! whose ranks span several nodes (0 < ranks_per_node < n) runs every step
 //! at the inter-node link (the slowest link bounds a ring or tree step);
@@ -69,6 +75,24 @@ constexpr bool algorithm_from_name(std::string_view name, algorithm& out) {
     return false;
 }
 
+//! The algorithm whose schedule policy `a` runs for collective `c`: the
+//! logarithmic and two-shot policies run direct<> for everything but
+//! AllReduce, tree<> runs ring<> for AllGather and ReduceScatter, and
+//! hierarchical<> runs ring<> for everything but AllReduce (and for
+//! AllReduce on one node). The exchange collectives (all_to_all and the
+//! "v" ones) run one schedule whatever the policy.
+constexpr algorithm runs_as(collective c, algorithm a) {
+    if (c == collective::all_reduce || c == collective::barrier || is_exchange(c)) return a;
+    switch (a) {
+    case algorithm::recursive_doubling:
+    case algorithm::rabenseifner:
+    case algorithm::two_shot: return algorithm::direct;
+    case algorithm::tree: return c == collective::broadcast || c == collective::reduce ? algorithm::tree : algorithm::ring;
+    case algorithm::hierarchical: return algorithm::ring;
+    default: return a;
+    }
+}
+
 //! One level of the machine: alpha (seconds per dependent step) and the
 //! bandwidth one rank gets (bytes per second, 1 / beta).
 struct link {
@@ -84,9 +108,41 @@ inline constexpr link host_memory_link{1e-6, 10e9};
 inline constexpr link nvlink_class_link{2e-6, 150e9};
 //! Nodes over InfiniBand-class links (HDR 200 Gb/s = 25 GB/s per rank, ~5 us per step).
 inline constexpr link infiniband_class_link{5e-6, 25e9};
+//! MPI point-to-point between processes of one host: the MPI library's
+//! shared-memory transport copies in and out (about half a memcpy stream)
+//! and a message costs a few microseconds.
+inline constexpr link mpi_shared_memory_link{2e-6, 5e9};
 //! Reduction throughput, bytes of result per second and rank: one host core / a GPU.
 inline constexpr double host_reduce_Bps = 5e9;
 inline constexpr double gpu_reduce_Bps = 1e12;
+//! A GPU's own memory (HBM-class, ~2 TB/s): what its local copies cost.
+inline constexpr double gpu_local_Bps = 2e12;
+
+//! Grid of a correction: sizes 8 B * 4^i, i = 0 .. correction_points - 1
+//! (8 B .. 128 MiB).
+inline constexpr int correction_points = 13;
+inline constexpr int max_corrections = 64;
+
+//! A calibrated correction of one (collective, algorithm, rank count):
+//! measured / first-order prediction at each grid size. Between grid
+//! sizes it is interpolated linearly in bytes; outside, the end values hold.
+struct correction {
+    collective coll = collective::all_reduce;
+    algorithm algo = algorithm::ring;
+    int nranks = 0;
+    float ratio[correction_points]{};
+
+    //! Grid size i in bytes.
+    static constexpr double grid_bytes(int i) { return 8.0 * double(std::uint64_t(1) << (2 * i)); }
+    constexpr double at(double bytes) const {
+        if (!(bytes > grid_bytes(0))) return ratio[0];
+        for (int i = 0; i + 1 < correction_points; ++i) {
+            const double lo = grid_bytes(i), hi = grid_bytes(i + 1);
+            if (bytes < hi) return ratio[i] + (bytes - lo) / (hi - lo) * (ratio[i + 1] - ratio[i]);
+        }
+        return ratio[correction_points - 1];
+    }
+};
 
 //! What the model knows about the machine. The defaults describe ranks
 //! sharing one host's memory (the threads and shm backends), with an
@@ -98,10 +154,48 @@ struct topology {
     double reduce_Bps = host_reduce_Bps;  //!< reduction throughput per rank, bytes of result per second
     int channels = 1;                     //!< channels per collective (pipelined chunks are per channel)
     double chunk_bytes = 256.0 * 1024;    //!< pipelining granularity (ring Broadcast/Reduce, tree)
+    //! Bandwidth of a rank's own memory for `local` bytes; 0: the level's
+    //! link bandwidth (ranks of one host: the same memory).
+    double local_Bps = 0;
+    //! Flat algorithms use the inter link even between ranks of one node,
+    //! and hierarchical runs its node phases at the intra link on one node
+    //! too: the MPI backend, whose flat schedules are point-to-point
+    //! messages and whose hierarchical<> uses the node's shared memory.
+    bool flat_inter = false;
+    //! With flat_inter, on one node: hierarchical runs one-shot (direct's
+    //! terms) when a rank's input share is at most this many bytes (the
+    //! MPI engine's small buffers); 0: never.
+    double one_shot_bytes = 0;
+    int correction_count = 0;             //!< entries of `corrections` in use
+    correction corrections[max_corrections]{};
+
+    //! The correction of (c, a, nranks) at `bytes`; 1 without one.
+    constexpr double correction_at(collective c, algorithm a, int nranks, double bytes) const {
+        for (int i = 0; i < correction_count && i < max_corrections; ++i) {
+            const correction& k = corrections[i];
+            if (k.nranks == nranks && k.algo == a && k.coll == c) return k.at(bytes);
+        }
+        return 1;
+    }
 };
 
 //! The library's default: one host (topology{}).
 inline topology default_topology() { return topology{}; }
+
+//! What the MPI backend assumes without a model file: nodes of
+//! `ranks_per_node` processes sharing host memory (hierarchical<>'s node
+//! phases), flat schedules as MPI point-to-point messages: between hosts
+//! over InfiniBand-class links, within one host over the MPI library's
+//! shared-memory transport.
+constexpr topology mpi_topology(int ranks_per_node, bool several_hosts) {
+    topology t{};
+    t.ranks_per_node = ranks_per_node;
+    t.intra = host_memory_link;
+    t.inter = several_hosts ? infiniband_class_link : mpi_shared_memory_link;
+    t.flat_inter = true;
+    t.one_shot_bytes = 32.0 * 1024;
+    return t;
+}
 
 //! A GPU cluster of NVLink-class nodes joined by InfiniBand-class links
 //! (what tools/chorus_sim assumes unless told otherwise).
@@ -111,6 +205,7 @@ constexpr topology gpu_cluster_topology(int gpus_per_node) {
     t.intra = nvlink_class_link;
     t.inter = infiniband_class_link;
     t.reduce_Bps = gpu_reduce_Bps;
+    t.local_Bps = gpu_local_Bps;
     return t;
 }
 
@@ -119,11 +214,13 @@ struct terms {
     double steps = 0;
     double moved = 0;
     double reduced = 0;
+    double local = 0;
 
     constexpr terms& operator+=(const terms& o) {
         steps += o.steps;
         moved += o.moved;
         reduced += o.reduced;
+        local += o.local;
         return *this;
     }
 };
@@ -170,7 +267,9 @@ constexpr terms ring_terms(collective c, double n, double S, const topology& t) 
     if (is_exchange(c)) return exchange_terms(c, n, S);
     const double f = (n - 1) / n;
     switch (c) {
-    case collective::all_reduce: return {2 * (n - 1), 2 * f * S, f * S};
+    // Local: the own slices read, partials and results written; the last
+    // reduce-scatter step also writes the successor's result: (3n-4)/n S.
+    case collective::all_reduce: return {2 * (n - 1), 2 * f * S, f * S, (3 * n - 4) / n * S};
     case collective::all_gather: return {n - 1, f * S, 0};
     case collective::reduce_scatter: return {n - 1, f * S, f * S};
     case collective::broadcast:
@@ -189,7 +288,7 @@ constexpr terms ring_terms(collective c, double n, double S, const topology& t) 
 constexpr terms direct_terms(collective c, double n, double S) {
     if (is_exchange(c)) return exchange_terms(c, n, S);
     switch (c) {
-    case collective::all_reduce: return {1, n * S, (n - 1) * S};
+    case collective::all_reduce: return {1, n * S, (n - 1) * S, S};
     case collective::all_gather: return {1, (n - 1) / n * S, 0};
     case collective::reduce_scatter: return {1, S, (n - 1) / n * S};
     // Broadcast: every rank reads S, but the root serves all n-1 of them:
@@ -204,7 +303,7 @@ constexpr terms direct_terms(collective c, double n, double S) {
 //! Non-power-of-two fix-up of recursive doubling and Rabenseifner: the
 //! first 2(n - p) ranks pair up before (with a reduce) and after (a copy).
 constexpr terms fold_terms(double n, double p, double S) {
-    return n != p ? terms{2, 2 * S, S} : terms{};
+    return n != p ? terms{2, 2 * S, S, 2 * S} : terms{};
 }
 
 constexpr terms flat_terms(collective c, algorithm a, double n, double S, const topology& t) {
@@ -215,29 +314,29 @@ constexpr terms flat_terms(collective c, algorithm a, double n, double S, const 
     case algorithm::hierarchical: return ring_terms(c, n, S, t);
     case algorithm::direct: return direct_terms(c, n, S);
     case algorithm::two_shot:
-        if (c == collective::all_reduce) return {2, S + (n - 1) / n * S, (n - 1) / n * S};
+        if (c == collective::all_reduce) return {2, S + (n - 1) / n * S, (n - 1) / n * S, S};
         return direct_terms(c, n, S);
     case algorithm::recursive_doubling:
         if (c == collective::all_reduce) {
-            terms r{m, m * S, m * S};
+            terms r{m, m * S, m * S, 2 * m * S};
             r += fold_terms(n, p, S);
             return r;
         }
         return direct_terms(c, n, S);
     case algorithm::rabenseifner:
         if (c == collective::all_reduce) {
-            terms r{2 * m, 2 * (p - 1) / p * S, (p - 1) / p * S};
+            terms r{2 * m, 2 * (p - 1) / p * S, (p - 1) / p * S, 3 * (p - 1) / p * S};
             r += fold_terms(n, p, S);
             return r;
         }
-        return ring_terms(c, n, S, t);
+        return direct_terms(c, n, S);
     case algorithm::tree: {
         if (is_exchange(c)) return exchange_terms(c, n, S);
         // Two trees, each carrying S/2 in chunks, reduce up then broadcast down.
         const double chunks = chunks_of(S / 2, t);
         const double up = m + chunks - 1;
         switch (c) {
-        case collective::all_reduce: return {2 * up, 2 * S, S};
+        case collective::all_reduce: return {2 * up, 2 * S, S, 2 * S};
         case collective::broadcast: return {up, S, 0};
         case collective::reduce: return {up, S, S};
         case collective::barrier: return {1, 0, 0};
@@ -252,7 +351,9 @@ constexpr terms flat_terms(collective c, algorithm a, double n, double S, const 
 
 //! Steps, bytes moved and bytes reduced per rank and level for one call.
 //! `bytes` as for predict().
-constexpr breakdown decompose(collective c, algorithm a, int nranks, double bytes, const topology& t) noexcept {
+//! `ranks_per_node` in place of t.ranks_per_node (what a backend's node split says).
+constexpr breakdown decompose(collective c, algorithm a, int nranks, double bytes, const topology& t,
+                              int ranks_per_node) noexcept {
     breakdown b{};
     const double S = bytes > 0 ? bytes : 0;
     if (nranks <= 1) { // a local copy
@@ -260,36 +361,67 @@ constexpr breakdown decompose(collective c, algorithm a, int nranks, double byte
         return b;
     }
     const double n = double(nranks);
-    const int L = t.ranks_per_node;
+    const int L = ranks_per_node;
     const bool spans = L > 0 && L < nranks;
-    if (a == algorithm::hierarchical && c == collective::all_reduce && spans && nranks % L == 0) {
+    if (a == algorithm::hierarchical && t.flat_inter && !spans) {
+        // One node (MPI): its intra algorithm on the node's shared memory,
+        // one-shot for small inputs.
+        const double share = c == collective::all_gather ? S / n : S;
+        b.intra = share <= t.one_shot_bytes ? detail::direct_terms(c, n, S) : detail::flat_terms(c, a, n, S, t);
+        return b;
+    }
+    const bool split = spans && nranks % L == 0;
+    if (a == algorithm::hierarchical && c == collective::all_reduce && split) {
         // Intra ring reduce-scatter, inter ring AllReduce of S/L among the
         // N node groups, intra ring all-gather.
         const double l = double(L);
         const double N = n / l;
         const double fl = (l - 1) / l;
-        b.intra = {2 * (l - 1), 2 * fl * S, fl * S};
+        b.intra = {2 * (l - 1), 2 * fl * S, fl * S, (3 * l - 4) / l * S};
         b.inter = detail::ring_terms(collective::all_reduce, N, S / l, t);
         return b;
     }
-    (spans ? b.inter : b.intra) = detail::flat_terms(c, a, n, S, t);
+    (spans || t.flat_inter ? b.inter : b.intra) = detail::flat_terms(c, a, n, S, t);
     return b;
 }
 
+constexpr breakdown decompose(collective c, algorithm a, int nranks, double bytes, const topology& t) noexcept {
+    return decompose(c, a, nranks, bytes, t, t.ranks_per_node);
+}
+
 //! Seconds of one level's terms on link `l`.
-constexpr double seconds(const terms& x, const link& l, double reduce_Bps) noexcept {
-    return x.steps * l.latency_s + x.moved / l.bandwidth_Bps + x.reduced / reduce_Bps;
+constexpr double seconds(const terms& x, const link& l, double reduce_Bps, double local_Bps = 0) noexcept {
+    return x.steps * l.latency_s + x.moved / l.bandwidth_Bps +
+           x.local / (local_Bps > 0 ? local_Bps : l.bandwidth_Bps) + x.reduced / reduce_Bps;
 }
 
 //! Predicted seconds for one call. `bytes` is the nccl-tests "size":
 //! AllReduce/Broadcast/Reduce the buffer; AllGather/ReduceScatter/
 //! all_to_all and the v-variants the whole (n-block) buffer.
-constexpr double predict(collective c, algorithm a, int nranks, double bytes, const topology& t) noexcept {
-    const breakdown b = decompose(c, a, nranks, bytes, t);
+//! The first-order prediction alone (no correction).
+constexpr double predict_uncorrected(collective c, algorithm a, int nranks, double bytes, const topology& t,
+                                     int ranks_per_node) noexcept {
+    const breakdown b = decompose(c, a, nranks, bytes, t, ranks_per_node);
     double s = 0;
-    if (b.intra.steps != 0 || b.intra.moved != 0 || b.intra.reduced != 0) s += seconds(b.intra, t.intra, t.reduce_Bps);
-    if (b.inter.steps != 0 || b.inter.moved != 0 || b.inter.reduced != 0) s += seconds(b.inter, t.inter, t.reduce_Bps);
+    if (b.intra.steps != 0 || b.intra.moved != 0 || b.intra.reduced != 0 || b.intra.local != 0)
+        s += seconds(b.intra, t.intra, t.reduce_Bps, t.local_Bps);
+    if (b.inter.steps != 0 || b.inter.moved != 0 || b.inter.reduced != 0 || b.inter.local != 0)
+        s += seconds(b.inter, t.inter, t.reduce_Bps, t.local_Bps);
     return s;
+}
+constexpr double predict_uncorrected(collective c, algorithm a, int nranks, double bytes,
+                                     const topology& t) noexcept {
+    return predict_uncorrected(c, a, nranks, bytes, t, t.ranks_per_node);
+}
+
+//! `ranks_per_node` in place of t.ranks_per_node.
+constexpr double predict(collective c, algorithm a, int nranks, double bytes, const topology& t,
+                         int ranks_per_node) noexcept {
+    return predict_uncorrected(c, a, nranks, bytes, t, ranks_per_node) *
+           t.correction_at(c, runs_as(c, a), nranks, bytes);
+}
+constexpr double predict(collective c, algorithm a, int nranks, double bytes, const topology& t) noexcept {
+    return predict(c, a, nranks, bytes, t, t.ranks_per_node);
 }
 
 //! The nccl-tests bus bandwidth factor: busbw = algbw * factor.
@@ -328,18 +460,23 @@ constexpr prediction evaluate(collective c, algorithm a, int nranks, double byte
 //! The candidate with the least predicted time (the first of equals);
 //! candidates[0] when k <= 1, algorithm::ring when there are none.
 constexpr algorithm best(collective c, int nranks, double bytes, const topology& t, const algorithm* candidates,
-                         int k) noexcept {
+                         int k, int ranks_per_node) noexcept {
     if (candidates == nullptr || k <= 0) return algorithm::ring;
     algorithm win = candidates[0];
-    double t_win = predict(c, win, nranks, bytes, t);
+    double t_win = predict(c, win, nranks, bytes, t, ranks_per_node);
     for (int i = 1; i < k; ++i) {
-        const double ti = predict(c, candidates[i], nranks, bytes, t);
+        const double ti = predict(c, candidates[i], nranks, bytes, t, ranks_per_node);
         if (ti < t_win) {
             win = candidates[i];
             t_win = ti;
         }
     }
     return win;
+}
+
+constexpr algorithm best(collective c, int nranks, double bytes, const topology& t, const algorithm* candidates,
+                         int k) noexcept {
+    return best(c, nranks, bytes, t, candidates, k, t.ranks_per_node);
 }
 
 //! best() over all_algorithms.
@@ -375,6 +512,20 @@ inline std::string format_number(double v) {
 #endif
 }
 
+inline std::string format_number(float v) {
+#if defined(__cpp_lib_to_chars)
+    char buf[64];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::string(buf, r.ptr);
+#else
+    std::ostringstream out;
+    out.imbue(std::locale::classic());
+    out.precision(9);
+    out << v;
+    return out.str();
+#endif
+}
+
 //! The whole of `s` as a number; false if it is not one.
 inline bool parse_number(std::string_view s, double& v) {
     if (s.empty()) return false;
@@ -403,6 +554,57 @@ inline std::string_view trim(std::string_view s) {
     throw error(errc::invalid_argument, msg + ": " + what);
 }
 
+//! One "correction.<collective>.<algorithm>.n<ranks> = r0 r1 ..." line.
+inline void parse_correction(topology& t, std::string_view key, std::string_view val, const std::string& source,
+                             int line_no) {
+    std::string_view rest = key.substr(std::string_view("correction.").size());
+    const std::size_t d1 = rest.find('.');
+    const std::size_t d2 = d1 == std::string_view::npos ? d1 : rest.find('.', d1 + 1);
+    if (d2 == std::string_view::npos)
+        model_error(source, line_no, key, "expected correction.<collective>.<algorithm>.n<ranks>");
+    const std::string_view cname = rest.substr(0, d1), aname = rest.substr(d1 + 1, d2 - d1 - 1),
+                           nname = rest.substr(d2 + 1);
+    correction k{};
+    bool found = false;
+    for (collective c : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
+                         collective::broadcast, collective::reduce, collective::all_to_all, collective::all_gatherv,
+                         collective::reduce_scatterv, collective::all_to_allv})
+        if (cname == collective_name(c)) {
+            k.coll = c;
+            found = true;
+        }
+    if (!found) model_error(source, line_no, key, "unknown collective '" + std::string(cname) + "'");
+    if (!algorithm_from_name(aname, k.algo)) model_error(source, line_no, key, "unknown algorithm '" + std::string(aname) + "'");
+    double nr = 0;
+    if (nname.size() < 2 || nname[0] != 'n' || !parse_number(nname.substr(1), nr) || nr < 2 || nr > 1 << 24 ||
+        nr != double(static_cast<long long>(nr)))
+        model_error(source, line_no, key, "expected the rank count as n<ranks> (at least 2), got '" + std::string(nname) + "'");
+    k.nranks = int(nr);
+    for (int i = 0; i < t.correction_count; ++i)
+        if (t.corrections[i].coll == k.coll && t.corrections[i].algo == k.algo && t.corrections[i].nranks == k.nranks)
+            model_error(source, line_no, key, "given twice");
+    if (t.correction_count >= max_corrections)
+        model_error(source, line_no, key, "more than " + std::to_string(max_corrections) + " corrections");
+    int got = 0;
+    while (true) {
+        val = trim(val);
+        if (val.empty()) break;
+        const std::size_t sp = val.find_first_of(" \t");
+        const std::string_view tok = val.substr(0, sp);
+        val = sp == std::string_view::npos ? std::string_view{} : val.substr(sp);
+        double r = 0;
+        if (!parse_number(tok, r) || !(r > 0) || r > 1e30)
+            model_error(source, line_no, key, "expected ratios > 0, got '" + std::string(tok) + "'");
+        if (got >= correction_points)
+            model_error(source, line_no, key, "expected " + std::to_string(correction_points) + " ratios, got more");
+        k.ratio[got++] = float(r);
+    }
+    if (got != correction_points)
+        model_error(source, line_no, key,
+                    "expected " + std::to_string(correction_points) + " ratios, got " + std::to_string(got));
+    t.corrections[t.correction_count++] = k;
+}
+
 } // namespace detail
 
 //! The topology as a small "key = value" file, one key per line, after a
@@ -410,8 +612,9 @@ inline std::string_view trim(std::string_view s) {
 inline std::string to_text(const topology& t) {
     using detail::format_number;
     std::string s;
-    s += "# chorus cost model (chorus::model::topology): time = steps * latency_s\n";
-    s += "#   + moved_bytes / bandwidth_Bps + reduced_bytes / reduce_Bps, per level (docs/model.md)\n";
+    s += "# chorus cost model (chorus::model::topology): time = (steps * latency_s\n";
+    s += "#   + moved_bytes / bandwidth_Bps + local_bytes / local_Bps + reduced_bytes / reduce_Bps,\n";
+    s += "#   per level) * correction (docs/model.md)\n";
     s += "ranks_per_node = " + std::to_string(t.ranks_per_node) + "\n";
     s += "intra.latency_s = " + format_number(t.intra.latency_s) + "\n";
     s += "intra.bandwidth_Bps = " + format_number(t.intra.bandwidth_Bps) + "\n";
@@ -420,6 +623,20 @@ inline std::string to_text(const topology& t) {
     s += "reduce_Bps = " + format_number(t.reduce_Bps) + "\n";
     s += "channels = " + std::to_string(t.channels) + "\n";
     s += "chunk_bytes = " + format_number(t.chunk_bytes) + "\n";
+    s += "local_Bps = " + format_number(t.local_Bps) + "\n";
+    s += std::string("flat_inter = ") + (t.flat_inter ? "1" : "0") + "\n";
+    s += "one_shot_bytes = " + format_number(t.one_shot_bytes) + "\n";
+    if (t.correction_count > 0) {
+        s += "# corrections: measured / predicted at 8 B * 4^i, i = 0.." + std::to_string(correction_points - 1) +
+             " (correction.<collective>.<algorithm>.n<ranks>)\n";
+    }
+    for (int i = 0; i < t.correction_count && i < max_corrections; ++i) {
+        const correction& k = t.corrections[i];
+        s += std::string("correction.") + collective_name(k.coll) + "." + algorithm_name(k.algo) + ".n" +
+             std::to_string(k.nranks) + " =";
+        for (float r : k.ratio) s += " " + format_number(r);
+        s += "\n";
+    }
     return s;
 }
 
@@ -428,10 +645,10 @@ inline std::string to_text(const topology& t) {
 //! without '=', a value that is not a number or out of range.
 inline topology parse(std::string_view text, const std::string& source) {
     topology t = default_topology();
-    enum key_id { k_rpn, k_ilat, k_ibw, k_xlat, k_xbw, k_red, k_ch, k_chunk, k_count };
+    enum key_id { k_rpn, k_ilat, k_ibw, k_xlat, k_xbw, k_red, k_ch, k_chunk, k_local, k_flat, k_oneshot, k_count };
     static constexpr std::string_view names[k_count] = {
         "ranks_per_node", "intra.latency_s", "intra.bandwidth_Bps", "inter.latency_s",
-        "inter.bandwidth_Bps", "reduce_Bps", "channels", "chunk_bytes"};
+        "inter.bandwidth_Bps", "reduce_Bps", "channels", "chunk_bytes", "local_Bps", "flat_inter", "one_shot_bytes"};
     int seen_at[k_count] = {};
     int line_no = 0;
     while (!text.empty()) {
@@ -447,13 +664,18 @@ inline topology parse(std::string_view text, const std::string& source) {
             detail::model_error(source, line_no, {}, "expected 'key = value', got '" + std::string(line) + "'");
         const std::string_view key = detail::trim(line.substr(0, eq));
         const std::string_view val = detail::trim(line.substr(eq + 1));
+        if (key.starts_with("correction.")) {
+            detail::parse_correction(t, key, val, source, line_no);
+            continue;
+        }
         int id = -1;
         for (int i = 0; i < k_count; ++i)
             if (key == names[i]) id = i;
         if (id < 0) {
             std::string known;
             for (std::string_view n : names) known += (known.empty() ? "" : ", ") + std::string(n);
-            detail::model_error(source, line_no, key, "unknown key (known: " + known + ")");
+            detail::model_error(source, line_no, key,
+                                "unknown key (known: " + known + ", correction.<collective>.<algorithm>.n<ranks>)");
         }
         if (seen_at[id] != 0)
             detail::model_error(source, line_no, key,
@@ -462,9 +684,9 @@ inline topology parse(std::string_view text, const std::string& source) {
         double v = 0;
         if (!detail::parse_number(val, v))
             detail::model_error(source, line_no, key, "expected a number, got '" + std::string(val) + "'");
-        const bool is_int = id == k_rpn || id == k_ch;
+        const bool is_int = id == k_rpn || id == k_ch || id == k_flat;
         const bool latency = id == k_ilat || id == k_xlat;
-        const bool zero_ok = latency || id == k_rpn;
+        const bool zero_ok = latency || id == k_rpn || id == k_local || id == k_flat || id == k_oneshot;
         if (!(v == v) || v > 1e300 || v < 0 || (!zero_ok && v == 0))
             detail::model_error(source, line_no, key,
                                 std::string(zero_ok ? "expected a number >= 0" : "expected a number > 0") +
@@ -481,6 +703,12 @@ inline topology parse(std::string_view text, const std::string& source) {
         case k_red: t.reduce_Bps = v; break;
         case k_ch: t.channels = int(v); break;
         case k_chunk: t.chunk_bytes = v; break;
+        case k_local: t.local_Bps = v; break;
+        case k_oneshot: t.one_shot_bytes = v; break;
+        case k_flat:
+            if (v > 1) detail::model_error(source, line_no, key, "expected 0 or 1, got '" + std::string(val) + "'");
+            t.flat_inter = v == 1;
+            break;
         default: break;
         }
     }
@@ -507,6 +735,16 @@ inline const topology& current() {
         return default_topology();
     }();
     return t;
+}
+
+//! Whether CHORUS_MODEL names a file (then current() is that file's
+//! topology); a backend with figures of its own uses them otherwise.
+inline bool model_file_given() {
+    static const bool given = [] {
+        const char* path = std::getenv("CHORUS_MODEL");
+        return path != nullptr && *path != '\0';
+    }();
+    return given;
 }
 
 } // namespace chorus::model
