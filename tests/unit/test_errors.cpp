@@ -510,7 +510,7 @@ TEST_CASE("after a collective throws, peers no longer write into the caller's bu
                 std::this_thread::sleep_for(100ms);
                 comm.abort("test: abort while rank 0 is inside a step");
             });
-        s[std::size_t(r)] = capture([&] { chorus::all_reduce(comm, cview(in), std::span(out), slow_sum{}); });
+        s[std::size_t(r)] = capture([&] { chorus::all_reduce<chorus::ring<>>(comm, cview(in), std::span(out), slow_sum{}); });
         if (r == 1 && s[1].threw) {
             std::fill(out.begin(), out.end(), -1.0f); // the buffer is the caller's again
             std::this_thread::sleep_for(600ms);

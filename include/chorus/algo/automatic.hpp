@@ -41,17 +41,22 @@
 
 namespace chorus {
 
-//! What automatic::make_schedule returns: the schedule of the chosen
-//! algorithm (the other members are unused).
+//! What automatic::make_schedule returns: the chosen algorithm's schedule,
+//! a tagged union (as small as the largest schedule; trivially copyable, so
+//! it travels to a kernel as it is).
 struct auto_schedule {
     model::algorithm which = model::algorithm::ring;
-    ring_schedule ring_s{};
-    direct_schedule direct_s{};
-    tree<>::schedule tree_s{};
-    recursive_doubling<>::schedule rd_s{};
-    rabenseifner<>::schedule rab_s{};
-    two_shot<>::schedule two_s{};
-    hierarchical<>::schedule hier_s{};
+    union {
+        ring_schedule ring_s;
+        direct_schedule direct_s;
+        tree<>::schedule tree_s;
+        recursive_doubling<>::schedule rd_s;
+        rabenseifner<>::schedule rab_s;
+        two_shot<>::schedule two_s;
+        hierarchical<>::schedule hier_s;
+    };
+
+    CHORUS_HD constexpr auto_schedule() : ring_s{} {}
 
     template <class F>
     CHORUS_HD constexpr auto visit(F&& f) const {
@@ -80,16 +85,91 @@ struct auto_schedule {
 
 namespace detail {
 //! The topology a choice is made against (see the file comment).
-inline model::topology choice_topology(const schedule_args& a) {
-    model::topology t = a.topo != nullptr ? *a.topo : model::current();
-    if (a.node_size > 0) t.ranks_per_node = a.node_size;
-    return t;
+inline const model::topology& choice_topology(const schedule_args& a) {
+    return a.topo != nullptr ? *a.topo : model::current();
+}
+//! Ranks per node for the choice: the backend's node split, else the topology's.
+inline int choice_ranks_per_node(const schedule_args& a, const model::topology& t) {
+    return a.node_size > 0 ? a.node_size : t.ranks_per_node;
 }
 //! nccl-tests "size" of a call, in bytes.
 constexpr double call_bytes(const schedule_args& a) {
     const bool blocks = a.coll == collective::all_gather || a.coll == collective::reduce_scatter;
     return double(a.count) * double(a.elem_bytes) * (blocks ? double(a.nranks) : 1.0);
 }
+//! The candidates automatic weighs for this call (see the file comment); returns how many.
+inline int auto_candidates(const schedule_args& a, const model::topology& t,
+                           model::algorithm (&cand)[model::algorithm_count]) {
+    using model::algorithm;
+    const bool comm = a.commutative;
+    // hierarchical<> over a node split, or on one node where its node
+    // phases are the fast path (model::topology::flat_inter: MPI).
+    const int L = choice_ranks_per_node(a, t);
+    const bool split = L > 0 && a.nranks % L == 0 && (L < a.nranks || (t.flat_inter && L == a.nranks));
+    int k = 0;
+    cand[k++] = algorithm::direct;
+    switch (a.coll) {
+    case collective::all_reduce:
+        cand[k++] = algorithm::two_shot;
+        cand[k++] = algorithm::recursive_doubling;
+        cand[k++] = algorithm::rabenseifner;
+        if (comm) {
+            cand[k++] = algorithm::ring;
+            cand[k++] = algorithm::tree;
+            if (split) cand[k++] = algorithm::hierarchical;
+        }
+        break;
+    case collective::broadcast:
+        cand[k++] = algorithm::ring;
+        cand[k++] = algorithm::tree;
+        break;
+    case collective::reduce:
+        if (comm) {
+            cand[k++] = algorithm::ring;
+            cand[k++] = algorithm::tree;
+        }
+        break;
+    default: // all_gather, reduce_scatter
+        if (comm || a.coll == collective::all_gather) cand[k++] = algorithm::ring;
+        break;
+    }
+    // On MPI hierarchical<> is the shared-memory engine for every collective.
+    const bool copies = a.coll == collective::all_gather || a.coll == collective::broadcast;
+    if (a.coll != collective::all_reduce && t.flat_inter && split && (comm || copies)) cand[k++] = algorithm::hierarchical;
+    return k;
+}
+//! The last choice made on this thread, and what it was made for: a
+//! repeated call shape (the usual case: the same bucket every step) costs
+//! a comparison instead of a prediction per candidate.
+struct auto_memo {
+    const model::topology* topo = nullptr;
+    double fingerprint = 0; //!< of *topo's figures: a topology changed in place is not the one remembered
+    std::uint64_t bytes_key = 0;
+    std::uint64_t scratch_limit = 0;
+    int nranks = 0, node_size = 0;
+    collective coll = collective::barrier;
+    bool commutative = false, in_place = false, valid = false;
+    model::algorithm which = model::algorithm::ring;
+
+    static double fingerprint_of(const model::topology& t) {
+        double f = t.intra.latency_s * 1e6 + t.intra.bandwidth_Bps * 1e-9 + t.inter.latency_s * 3e6 +
+                   t.inter.bandwidth_Bps * 7e-9 + t.reduce_Bps * 1e-10 + t.local_Bps * 3e-10 + t.chunk_bytes +
+                   t.channels * 17.0 + t.ranks_per_node * 131.0 + t.correction_count * 1021.0;
+        // Each correction's key and a sample of its ratios (not all of them:
+        // this runs on every call).
+        for (int i = 0; i < t.correction_count && i < model::max_corrections; ++i) {
+            const model::correction& k = t.corrections[i];
+            f += double(i + 1) * (double(k.ratio[0]) + 5.0 * double(k.ratio[6]) + 11.0 * double(k.ratio[10]) +
+                                  double(int(k.coll) * 64 + int(k.algo) * 8) + double(k.nranks) * 1e-3);
+        }
+        return f;
+    }
+    bool matches(const schedule_args& a, const model::topology* t) const {
+        return valid && t == topo && fingerprint == fingerprint_of(*t) && a.count * a.elem_bytes == bytes_key && a.nranks == nranks &&
+               a.node_size == node_size && a.coll == coll && a.commutative == commutative &&
+               a.in_place == in_place && a.scratch_limit_bytes == scratch_limit;
+    }
+};
 } // namespace detail
 
 //! The default policy: the model's pick per call (see the file comment).
@@ -104,44 +184,35 @@ struct automatic {
     static model::algorithm choose(const schedule_args& a) {
         using model::algorithm;
         if (a.nranks <= 1 || a.coll == collective::barrier || is_exchange(a.coll)) return algorithm::direct;
-        const bool comm = a.commutative;
-        const bool split = a.node_size > 0 && a.node_size < a.nranks && a.nranks % a.node_size == 0;
-        algorithm cand[7]{};
-        int k = 0;
-        cand[k++] = algorithm::direct;
-        switch (a.coll) {
-        case collective::all_reduce:
-            cand[k++] = algorithm::two_shot;
-            cand[k++] = algorithm::recursive_doubling;
-            cand[k++] = algorithm::rabenseifner;
-            if (comm) {
-                cand[k++] = algorithm::ring;
-                cand[k++] = algorithm::tree;
-                if (split) cand[k++] = algorithm::hierarchical;
-            }
-            break;
-        case collective::broadcast:
-            cand[k++] = algorithm::ring;
-            cand[k++] = algorithm::tree;
-            break;
-        case collective::reduce:
-            if (comm) {
-                cand[k++] = algorithm::ring;
-                cand[k++] = algorithm::tree;
-            }
-            break;
-        default: // all_gather, reduce_scatter
-            if (comm || a.coll == collective::all_gather) cand[k++] = algorithm::ring;
-            break;
+        const model::topology& t = detail::choice_topology(a);
+        thread_local detail::auto_memo memo;
+        if (memo.matches(a, &t)) return memo.which;
+        algorithm cand[model::algorithm_count]{};
+        int k = detail::auto_candidates(a, t, cand);
+        const int rpn = detail::choice_ranks_per_node(a, t);
+        const double bytes = detail::call_bytes(a);
+        algorithm which = algorithm::direct;
+        while (true) {
+            which = model::best(a.coll, a.nranks, bytes, t, cand, k, rpn);
+            if (k <= 1 || a.scratch_limit_bytes == 0 || fits(make_for(which, a), a)) break;
+            int j = 0; // drop the one that does not fit, weigh the rest again
+            for (int i = 0; i < k; ++i)
+                if (cand[i] != which) cand[j++] = cand[i];
+            k = j;
         }
-        const model::topology t = detail::choice_topology(a);
-        return model::best(a.coll, a.nranks, detail::call_bytes(a), t, cand, k);
+        memo = detail::auto_memo{&t, detail::auto_memo::fingerprint_of(t), a.count * a.elem_bytes,
+                                 a.scratch_limit_bytes, a.nranks, a.node_size, a.coll, a.commutative, a.in_place,
+                                 true, which};
+        return which;
     }
 
-    static schedule make_schedule(const schedule_args& a) {
-        schedule s{};
-        s.which = choose(a);
-        switch (s.which) {
+    static schedule make_schedule(const schedule_args& a) { return make_for(choose(a), a); }
+
+private:
+    static schedule make_for(model::algorithm which, const schedule_args& a) {
+        schedule s;
+        s.which = which;
+        switch (which) {
         case model::algorithm::direct: s.direct_s = direct<>::make_schedule(a); break;
         case model::algorithm::tree: s.tree_s = tree<>::make_schedule(a); break;
         case model::algorithm::recursive_doubling: s.rd_s = recursive_doubling<>::make_schedule(a); break;
@@ -151,6 +222,9 @@ struct automatic {
         case model::algorithm::ring: s.ring_s = ring<>::make_schedule(a); break;
         }
         return s;
+    }
+    static bool fits(const schedule& s, const schedule_args& a) {
+        return a.scratch_limit_bytes == 0 || s.scratch_elems() * a.elem_bytes <= a.scratch_limit_bytes;
     }
 };
 
@@ -184,8 +258,9 @@ struct deterministic {
         bool two = false;
         if (a.coll == collective::all_reduce && a.nranks > 1) {
             const model::algorithm cand[2] = {model::algorithm::direct, model::algorithm::two_shot};
-            two = model::best(a.coll, a.nranks, detail::call_bytes(a), detail::choice_topology(a), cand, 2) ==
-                  model::algorithm::two_shot;
+            const model::topology& t = detail::choice_topology(a);
+            two = model::best(a.coll, a.nranks, detail::call_bytes(a), t, cand, 2,
+                              detail::choice_ranks_per_node(a, t)) == model::algorithm::two_shot;
         }
         s.b.use_b = two;
         if (two) s.b.b = two_shot<params>::make_schedule(a).a;

@@ -18,7 +18,8 @@
 //!                  fan-in units, then K units copy scratch to out.
 //!   ReduceScatter  K fan-in units over block r of every rank's input.
 //!   AllGather      n*K copies: out[block q] = in_q, starting with q = r.
-//!   Broadcast      non-roots: K copies out = root.out; the root: none.
+//!   Broadcast      non-roots: K copies out = root.out; the root: K empty
+//!                  units (posted on entry). Every rank waits for all at the end.
 //!   Reduce         the root: K fan-in units; the others: none.
 //! Phases (direct_phase; hierarchical<> composes them, direct<> itself
 //! always runs `whole`). AllReduce only, part q = split(count, q of n):
@@ -98,7 +99,7 @@ struct direct_schedule {
             return staged() ? 2 * K + 1 : K;
         case collective::reduce_scatter: return K;
         case collective::all_gather: return std::uint64_t(nranks) * K;
-        case collective::broadcast: return me == root ? 0 : K;
+        case collective::broadcast: return K; // the root's K are empty: it posts them on entry
         case collective::reduce: return me == root ? K : 0;
         case collective::barrier:
         default: return 0;
@@ -192,6 +193,7 @@ struct direct_schedule {
             return s;
         }
         case collective::broadcast: {
+            if (me == root) return s; // a pure synchronisation unit
             const index_range rg = piece(0, count, c, p);
             s.count = rg.size();
             s.src0 = {root, where::out, rg.begin};
@@ -215,7 +217,9 @@ struct direct_schedule {
             return everyone(K);
         case collective::reduce_scatter: return everyone(K);
         case collective::all_gather: return everyone(std::uint64_t(nranks) * K);
-        case collective::broadcast: return me == root ? everyone(K) : wait_spec{};
+        // Every rank, not only the root: no rank returns success from a
+        // broadcast some rank did not finish (docs/reliability.md).
+        case collective::broadcast: return everyone(K);
         case collective::reduce: return me == root ? wait_spec{} : wait_spec{root, K};
         case collective::barrier:
         default: return {};

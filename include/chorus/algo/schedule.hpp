@@ -127,7 +127,10 @@ struct schedule_args {
     //! order. Every rank passes the same values. Null otherwise.
     const std::uint64_t* counts = nullptr;
     bool commutative = true;      //!< the operator is commutative (automatic may reorder operands)
-    const model::topology* topo = nullptr; //!< what automatic plans against (null: the built-in default)
+    const model::topology* topo = nullptr; //!< what automatic plans against (null: model::current())
+    //! Scratch the backend can give one call, bytes (0: as much as needed):
+    //! automatic leaves out algorithms that would need more.
+    std::uint64_t scratch_limit_bytes = 0;
 };
 
 //! Whether one rank's call is in place as the API defines it: AllGather,

@@ -46,6 +46,8 @@
 #include "../core/error.hpp"
 #include "../exec/lane_env.hpp"
 #include "../kernels/collective.cuh"
+#include "../model/cost.hpp"
+#include "../ops/traits.hpp"
 #include "gpu_checks.hpp"
 #include "host_common.hpp"
 
@@ -135,6 +137,9 @@ int resident_blocks(Kernel kernel, int dev) {
 struct gpu_world {
     int n = 0;
     int node_size = 0;
+    //! What automatic plans against: the CHORUS_MODEL file when one is
+    //! given, else NVLink-class GPUs (model::gpu_cluster_topology).
+    model::topology topo{};
     std::size_t scratch_bytes = 0;
     std::vector<int> dev;                       //!< per rank
     std::vector<lane_rank_area*> areas;         //!< per rank, on its device
@@ -330,6 +335,9 @@ future communicator<gpu::device>::launch(collective coll, const T* in, T* out, s
     } else {
         schedule_args a{coll, rank_, n, root, count, sizeof(T), false, world_->node_size};
         a.in_place = in_place_call<T>(coll, in, out, rank_, count);
+        a.commutative = op_traits<Op>::commutative;
+        a.topo = &world_->topo;
+        a.scratch_limit_bytes = world_->scratch_bytes;
         enqueue(Algo::make_schedule(a), static_cast<T*>(nullptr));
     }
 
@@ -401,6 +409,7 @@ inline std::vector<communicator> make_communicators(const std::vector<int>& devi
     w->node_size = opt.ranks_per_node;
     if (w->node_size == 0)
         if (const char* e = std::getenv("CHORUS_RANKS_PER_NODE")) w->node_size = std::atoi(e) > 0 ? std::atoi(e) : 0;
+    w->topo = model::model_file_given() ? model::current() : model::gpu_cluster_topology(w->node_size);
     if (w->node_size < 0)
         throw error(errc::invalid_argument, "chorus::gpu::make_communicators: `ranks_per_node` must be >= 0");
     // Distinct devices read each other's memory: peer access both ways.
@@ -488,77 +497,77 @@ private:
 };
 } // namespace detail
 
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void all_reduce(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op,
                 cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, false);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void all_reduce(gpu::communicator& comm, std::span<T, E> inout, Op op, cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op,
                                   false);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future all_reduce_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
                                       std::span<T, E> out, Op op, cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     return detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, true);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future all_reduce_async(gpu::communicator& comm, std::span<T, E> inout, Op op, cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     return detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op, true);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
 void all_gather(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
                 cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), false);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
 [[nodiscard]] future all_gather_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
                                       std::span<T, E> out, cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     return detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), true);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void reduce_scatter(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op,
                     cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, false);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future reduce_scatter_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
                                           std::span<T, E> out, Op op, cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     return detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, true);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
 void broadcast(gpu::communicator& comm, std::span<T, E> buf, int root, cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, false);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
 [[nodiscard]] future broadcast_async(gpu::communicator& comm, std::span<T, E> buf, int root, cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     return detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, true);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void reduce(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op, int root,
             cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
     detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, false);
 }
-template <class Algo = ring<>, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future reduce_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
                                   std::span<T, E> out, Op op, int root, cudaStream_t stream) {

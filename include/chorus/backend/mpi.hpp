@@ -102,6 +102,7 @@
 #include "../core/element.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_reduce_copy.hpp"
+#include "../model/cost.hpp"
 #include "../ops/traits.hpp"
 #include "../plan/partition.hpp"
 #include "host_common.hpp"
@@ -542,6 +543,26 @@ public:
                 regular = node_topo_.size(k) == L &&
                           node_topo_.nodes[static_cast<std::size_t>(k)][static_cast<std::size_t>(l)] == k * L + l;
         sched_node_size_ = regular ? L : 0;
+        // What automatic plans against: the CHORUS_MODEL file, else the
+        // MPI assumptions (model::mpi_topology): shared memory within a
+        // node, point-to-point messages for flat schedules.
+        const bool several_hosts =
+            std::any_of(real_node_.begin(), real_node_.end(), [&](int h) { return h != real_node_[0]; });
+        topo_ = model::model_file_given() ? model::current() : model::mpi_topology(sched_node_size_, several_hosts);
+        // Ranks that plan against different models would run different
+        // algorithms: refuse that here, not with a timeout later.
+        {
+            const std::uint64_t h = std::hash<std::string>{}(model::to_text(topo_));
+            std::uint64_t lo = h, hi = h;
+            mpi_check(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, comm_), "MPI_Allreduce");
+            mpi_check(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, comm_), "MPI_Allreduce");
+            if (lo != hi) {
+                MPI_Comm_free(&comm_);
+                throw error(errc::invalid_argument,
+                            "chorus: the ranks' cost models differ (CHORUS_MODEL must name the same file, with "
+                            "the same contents, on every rank)");
+            }
+        }
         // Communicators of their own for the schedule executor's messages
         // and for send/recv, so neither can match the other's or the engine's.
         mpi_check(MPI_Comm_dup(comm_, &sched_comm_), "MPI_Comm_dup");
@@ -734,6 +755,7 @@ private:
     MPI_Comm sched_comm_ = MPI_COMM_NULL; //!< its messages
     int tag_ub_ = 32767;                  //!< MPI_TAG_UB (at least 32767 by the standard)
     int sched_node_size_ = 0;             //!< schedule_args::node_size (0: no regular node split)
+    model::topology topo_{};              //!< schedule_args::topo: what automatic plans against
     detail::sched_plan plan_;
     detail::scratch_buffer sched_scratch_; //!< the schedules' scratch
     detail::scratch_buffer staging_;       //!< received data (kept while a failed call may still write it)
@@ -1254,6 +1276,7 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
 
     schedule_args args{coll, rank_, size_, root, count, sizeof(T), false, sched_node_size_};
     args.commutative = op_traits<Op>::commutative;
+    args.topo = &topo_;
     if (is_exchange(coll)) { // every policy: the exchange schedule, tuned by Algo
         constexpr int channels = Algo::params.channels;
         constexpr std::uint64_t chunk_bytes = Algo::params.chunk_bytes;

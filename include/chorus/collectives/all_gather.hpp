@@ -7,7 +7,7 @@
 #include <span>
 #include <type_traits>
 
-#include "../algo/ring.hpp"
+#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "checks.hpp"
 
@@ -39,11 +39,11 @@ future all_gather_impl(communicator<B>& comm, std::span<const T> in, std::span<T
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent>
 void all_gather(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out) {
     detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), false);
 }
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent>
 [[nodiscard]] future all_gather_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
                                       std::span<T, E> out) {
     return detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), true);

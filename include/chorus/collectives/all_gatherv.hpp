@@ -13,7 +13,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../algo/ring.hpp"
+#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "all_to_all.hpp"
 #include "checks.hpp"
@@ -54,12 +54,12 @@ future all_gatherv_impl(communicator<B>& comm, std::span<const T> in, std::span<
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent>
 void all_gatherv(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
                  std::span<const std::size_t> counts) {
     detail::all_gatherv_impl<Algo>(comm, in, std::span<T>(out), counts, false);
 }
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent>
 [[nodiscard]] future all_gatherv_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
                                        std::span<T, E> out, std::span<const std::size_t> counts) {
     return detail::all_gatherv_impl<Algo>(comm, in, std::span<T>(out), counts, true);

@@ -7,7 +7,7 @@
 #include <span>
 #include <type_traits>
 
-#include "../algo/ring.hpp"
+#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "../ops/operators.hpp"
 #include "checks.hpp"
@@ -37,26 +37,26 @@ future all_reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T
 } // namespace detail
 
 //! Out-of-place AllReduce (sync). T is deduced from `out`.
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void all_reduce(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op = {}) {
     detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, false);
 }
 //! In-place AllReduce (sync).
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void all_reduce(communicator<B>& comm, std::span<T, E> inout, Op op = {}) {
     detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op, false);
 }
 //! Out-of-place AllReduce, queued; the buffers must outlive the future.
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future all_reduce_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
                                       std::span<T, E> out, Op op = {}) {
     return detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, true);
 }
 //! In-place AllReduce, queued.
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future all_reduce_async(communicator<B>& comm, std::span<T, E> inout, Op op = {}) {
     return detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op, true);

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <span>
 
-#include "../algo/ring.hpp"
+#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "checks.hpp"
 
@@ -29,11 +29,11 @@ future broadcast_impl(communicator<B>& comm, std::span<T> buf, int root, bool as
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent>
 void broadcast(communicator<B>& comm, std::span<T, E> buf, int root) {
     detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, false);
 }
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent>
 [[nodiscard]] future broadcast_async(communicator<B>& comm, std::span<T, E> buf, int root) {
     return detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, true);
 }

@@ -8,7 +8,7 @@
 #include <span>
 #include <type_traits>
 
-#include "../algo/ring.hpp"
+#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "../ops/operators.hpp"
 #include "checks.hpp"
@@ -43,12 +43,12 @@ future reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T> ou
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op>
     requires detail::op_like<Op>
 void reduce(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op, int root) {
     detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, false);
 }
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op>
     requires detail::op_like<Op>
 [[nodiscard]] future reduce_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
                                   Op op, int root) {

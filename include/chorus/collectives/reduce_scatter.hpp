@@ -7,7 +7,7 @@
 #include <span>
 #include <type_traits>
 
-#include "../algo/ring.hpp"
+#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "../ops/operators.hpp"
 #include "checks.hpp"
@@ -40,12 +40,12 @@ future reduce_scatter_impl(communicator<B>& comm, std::span<const T> in, std::sp
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void reduce_scatter(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op = {}) {
     detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, false);
 }
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future reduce_scatter_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
                                           std::span<T, E> out, Op op = {}) {

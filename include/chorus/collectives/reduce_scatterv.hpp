@@ -15,7 +15,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../algo/ring.hpp"
+#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "../ops/operators.hpp"
 #include "all_to_all.hpp"
@@ -57,13 +57,13 @@ future reduce_scatterv_impl(communicator<B>& comm, std::span<const T> in, std::s
 }
 } // namespace detail
 
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void reduce_scatterv(communicator<B>& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
                      std::span<const std::size_t> counts, Op op = {}) {
     detail::reduce_scatterv_impl<Algo>(comm, in, std::span<T>(out), counts, op, false);
 }
-template <class Algo = ring<>, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+template <class Algo = automatic, class B, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future reduce_scatterv_async(communicator<B>& comm, std::span<const std::type_identity_t<T>> in,
                                            std::span<T, E> out, std::span<const std::size_t> counts, Op op = {}) {
