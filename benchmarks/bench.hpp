@@ -238,6 +238,7 @@ struct options : sweep_options {
     std::string json_path;
     std::string csv_path;
     bool quick = false;
+    bool reps_given = false; //!< --reps was on the command line (the interleaved comparison defaults to 3)
     std::string command_line;
 };
 
@@ -604,6 +605,38 @@ inline std::string version_string() {
 #endif
 }
 
+//! What `automatic` runs for a call of `c` with `count` elements (per rank
+//! for all_gather and reduce_scatter) of `elem_bytes` on `nranks` threads:
+//! the same schedule_args the threads backend passes automatic::choose.
+inline const char* automatic_choice(coll_kind c, int nranks, int root, std::size_t count, int elem_bytes,
+                                    bool inplace) {
+    chorus::schedule_args a{};
+    a.coll = to_collective(c);
+    a.nranks = nranks;
+    a.root = root < 0 ? 0 : root;
+    a.count = count;
+    a.elem_bytes = std::uint64_t(elem_bytes);
+    a.in_place = inplace;
+    a.node_size = emulated_node_size();
+    return chorus::model::algorithm_name(chorus::automatic::choose(a));
+}
+
+//! The interleaved comparison of one (collective, place, size): every
+//! policy timed in turn on the same rank threads, per repetition (see
+//! run_interleaved in chorus_bench.cpp). time_us: the fastest repetition.
+struct interleaved_row {
+    coll_kind coll{};
+    int place = 0; //!< 0 out-of-place, 1 in-place
+    std::size_t bytes = 0;
+    std::size_t count = 0;
+    int root = -1;
+    const char* op = "sum";
+    std::vector<std::string> algos;
+    std::vector<double> time_us;
+    std::vector<std::uint64_t> wrong;
+    int reps = 1;
+};
+
 //! Writes the human table (stdout, flushed per row) and the optional CSV and
 //! JSON files. Only rank 0's thread or main() call it, never concurrently.
 class reporter {
@@ -613,7 +646,7 @@ public:
             csv_ = std::fopen(o.csv_path.c_str(), "w");
             if (csv_ == nullptr) throw usage_error{cat("--csv: cannot write ", o.csv_path)};
             std::fprintf(csv_, "collective,place,size_bytes,count,type,redop,root,ranks,algo,channels,chunk_bytes,"
-                               "iters,warmup,time_us,algbw_gbps,busbw_gbps,eff,copy_gbps,wrong,chosen\n");
+                               "iters,warmup,time_us,algbw_gbps,busbw_gbps,eff,copy_gbps,wrong,chosen,mode\n");
         }
         if (!o.json_path.empty()) {
             json_ = std::fopen(o.json_path.c_str(), "w");
@@ -625,7 +658,8 @@ public:
     ~reporter() {
         if (csv_ != nullptr) std::fclose(csv_);
         if (json_ != nullptr) {
-            std::fprintf(json_, "\n  ],\n  \"wrong_total\": %" PRIu64 "\n}\n", wrong_total_);
+            std::fprintf(json_, "\n  ],\n  \"interleaved\": [%s%s],\n  \"wrong_total\": %" PRIu64 "\n}\n",
+                         json_interleaved_.c_str(), json_interleaved_.empty() ? "" : "\n  ", wrong_total_);
             std::fclose(json_);
         }
     }
@@ -722,7 +756,6 @@ public:
             table_wrong_ += pr.wrong;
             wrong_total_ += pr.wrong;
             write_files(r, p);
-            records_.push_back({r.coll, p, r.bytes, r.type, r.op, algo_, pr.time_us});
         }
         std::printf(" %8.2f %18s\n", r.cpybw, chosen(r));
         std::fflush(stdout);
@@ -737,70 +770,108 @@ public:
 
     std::uint64_t wrong_total() const { return wrong_total_; }
 
-    //! With `automatic` and at least one fixed policy measured: per size,
-    //! the best fixed policy, automatic's time over it (the bar: within
-    //! 10 %), and ring<>'s time over automatic's. Returns the rows missing
-    //! the 10 % bar.
+    //! Takes one row of the interleaved comparison (rank 0 of
+    //! run_interleaved): kept for selection_summary, written to the CSV
+    //! (one line per policy, mode `interleaved`) and to the JSON file's
+    //! "interleaved" array. Its wrong values count towards wrong_total().
+    void interleaved(const interleaved_row& r) {
+        for (const std::uint64_t w : r.wrong) wrong_total_ += w;
+        write_interleaved(r);
+        interleaved_.push_back(r);
+    }
+
+    //! With `automatic` and at least one fixed policy measured: per size
+    //! and place, from the interleaved rows of collective c, the best fixed
+    //! policy, automatic's time over it (the bar: within 10 %), ring<>'s
+    //! time over automatic's and what automatic ran. Returns the rows
+    //! missing the 10 % bar.
     int selection_summary(coll_kind c) {
-        std::vector<std::string> fixed;
-        bool have_auto = false;
-        for (const std::string& a : opt_.algos) {
-            if (a == "automatic") have_auto = true;
-            else if (a != "deterministic") fixed.push_back(a);
-        }
-        if (!have_auto || fixed.empty()) return 0;
+        std::vector<const interleaved_row*> rows;
+        for (const interleaved_row& r : interleaved_)
+            if (r.coll == c) rows.push_back(&r);
+        if (rows.empty()) return 0;
+        std::stable_sort(rows.begin(), rows.end(), [](const interleaved_row* x, const interleaved_row* y) {
+            return x->bytes != y->bytes ? x->bytes < y->bytes : x->place < y->place;
+        });
+        std::string names;
+        for (const std::string& a : rows.front()->algos) names += (names.empty() ? "" : ",") + a;
+        std::printf("#\n# %s: automatic against the best fixed policy, INTERLEAVED (not the tables above): per size\n"
+                    "#   and repetition every policy in turn on the same %d rank threads, the first one rotated each\n"
+                    "#   repetition; %d warm-up + %d timed calls per policy per repetition, fastest of %d repetitions;\n"
+                    "#   float, sum. Policies: %s.\n"
+                    "#   auto chose: the algorithm automatic ran. #wrong: over every policy's checked call.\n",
+                    coll_name(c), opt_.ranks, opt_.warmup, opt_.iters, rows.front()->reps, names.c_str());
+        std::printf("#%14s %5s %6s %19s %10s %10s %9s %9s %6s %18s %7s\n", "size(B)", "place", "redop", "best fixed",
+                    "best(us)", "auto(us)", "auto/best", "ring/auto", "<=1.10", "auto chose", "#wrong");
         int missed = 0;
-        std::printf("#\n# %s: automatic against the fixed policies measured in this run (same sizes, same process)\n",
-                    coll_name(c));
-        std::printf("#%14s %5s %6s %19s %10s %10s %9s %9s %6s\n", "size(B)", "place", "redop", "best fixed",
-                    "best(us)", "auto(us)", "auto/best", "ring/auto", "<=1.10");
-        for (const record& a : records_) {
-            if (a.coll != c || a.algo != "automatic") continue;
-            const record* best = nullptr;
-            const record* ring = nullptr;
-            for (const record& f : records_) {
-                if (f.coll != c || f.place != a.place || f.bytes != a.bytes || f.type != a.type || f.op != a.op)
+        std::uint64_t wrong = 0;
+        for (const interleaved_row* r : rows) {
+            int best = -1, autom = -1, ring = -1;
+            std::uint64_t row_wrong = 0;
+            for (std::size_t i = 0; i < r->algos.size(); ++i) {
+                const std::string& a = r->algos[i];
+                row_wrong += r->wrong[i];
+                if (a == "automatic") {
+                    autom = int(i);
                     continue;
-                if (std::find(fixed.begin(), fixed.end(), f.algo) == fixed.end()) continue;
-                if (best == nullptr || f.time_us < best->time_us) best = &f;
-                if (f.algo == "ring") ring = &f;
+                }
+                if (a == "ring") ring = int(i);
+                if (best < 0 || r->time_us[i] < r->time_us[std::size_t(best)]) best = int(i);
             }
-            if (best == nullptr) continue;
-            const double ratio = a.time_us / best->time_us;
+            wrong += row_wrong;
+            if (best < 0 || autom < 0) continue;
+            const double t_best = r->time_us[std::size_t(best)];
+            const double t_auto = r->time_us[std::size_t(autom)];
+            const double ratio = t_auto / t_best;
             const bool ok = ratio <= 1.10;
             missed += ok ? 0 : 1;
             char ring_ratio[32] = "-";
-            if (ring != nullptr) std::snprintf(ring_ratio, sizeof ring_ratio, "%.2f", ring->time_us / a.time_us);
-            std::printf(" %14zu %5s %6s %19s %10.2f %10.2f %9.3f %9s %6s\n", a.bytes, a.place == 0 ? "out" : "in",
-                        a.op.c_str(), best->algo.c_str(), best->time_us, a.time_us, ratio, ring_ratio,
-                        ok ? "yes" : "NO");
+            if (ring >= 0) std::snprintf(ring_ratio, sizeof ring_ratio, "%.2f", r->time_us[std::size_t(ring)] / t_auto);
+            std::printf(" %14zu %5s %6s %19s %10.2f %10.2f %9.3f %9s %6s %18s %7" PRIu64 "\n", r->bytes,
+                        r->place == 0 ? "out" : "in", r->op, r->algos[std::size_t(best)].c_str(), t_best, t_auto, ratio,
+                        ring_ratio, ok ? "yes" : "NO",
+                        automatic_choice(r->coll, opt_.ranks, r->root, r->count, 4, r->place == 1), row_wrong);
         }
-        std::printf("# automatic within 10 %% of the best fixed policy: %s\n",
-                    missed == 0 ? "every row" : (std::to_string(missed) + " rows missed").c_str());
+        std::printf("# automatic within 10 %% of the best fixed policy (interleaved): %s; wrong values: %" PRIu64 " %s\n",
+                    missed == 0 ? "every row" : (std::to_string(missed) + " rows missed").c_str(), wrong,
+                    wrong == 0 ? "OK" : "FAILED");
         std::fflush(stdout);
         return missed;
     }
 
 private:
-    struct record {
-        coll_kind coll;
-        int place;
-        std::size_t bytes;
-        std::string type, op, algo;
-        double time_us;
-    };
+    //! What `automatic` runs for this row's call, in place or not (the
+    //! same choice the library makes on this backend).
+    const char* chosen(const row_result& r, bool inplace = false) const {
+        return automatic_choice(r.coll, opt_.ranks, r.root, r.count, r.elem_bytes, inplace);
+    }
 
-    //! What `automatic` runs for this row's call (the same choice the
-    //! library makes on this backend).
-    const char* chosen(const row_result& r) const {
-        chorus::schedule_args a{};
-        a.coll = to_collective(r.coll);
-        a.nranks = opt_.ranks;
-        a.root = r.root < 0 ? 0 : r.root;
-        a.count = r.count;
-        a.elem_bytes = std::uint64_t(r.elem_bytes);
-        a.node_size = emulated_node_size();
-        return chorus::model::algorithm_name(chorus::automatic::choose(a));
+    void write_interleaved(const interleaved_row& r) {
+        const char* place = r.place == 0 ? "out" : "in";
+        const char* chosen_algo = automatic_choice(r.coll, opt_.ranks, r.root, r.count, 4, r.place == 1);
+        for (std::size_t i = 0; i < r.algos.size(); ++i) {
+            const double algbw = double(r.bytes) / (r.time_us[i] * 1e-6) / 1e9;
+            const double busbw = algbw * bus_factor(r.coll, opt_.ranks);
+            if (csv_ != nullptr)
+                std::fprintf(csv_, "%s,%s,%zu,%zu,float,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,nan,nan,%" PRIu64
+                                   ",%s,interleaved\n",
+                             coll_name(r.coll), place, r.bytes, r.count, r.op, r.root, opt_.ranks, r.algos[i].c_str(),
+                             opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, r.time_us[i], algbw, busbw,
+                             r.wrong[i], chosen_algo);
+            if (json_ != nullptr) {
+                char buf[768];
+                std::snprintf(buf, sizeof buf,
+                              "%s\n    {\"collective\": \"%s\", \"algo\": \"%s\", \"place\": \"%s\", \"size_bytes\": %zu, "
+                              "\"count\": %zu, \"type\": \"float\", \"redop\": \"%s\", \"root\": %d, \"reps\": %d, "
+                              "\"time_us\": %.3f, \"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"wrong\": %" PRIu64
+                              ", \"chosen\": \"%s\", \"mode\": \"interleaved\"}",
+                              json_interleaved_.empty() ? "" : ",", coll_name(r.coll), r.algos[i].c_str(), place,
+                              r.bytes, r.count, r.op, r.root, r.reps, r.time_us[i], algbw, busbw, r.wrong[i],
+                              chosen_algo);
+                json_interleaved_ += buf;
+            }
+        }
+        if (csv_ != nullptr) std::fflush(csv_);
     }
 
     bool enabled(int p) const { return p == 0 ? opt_.out_of_place : opt_.in_place; }
@@ -809,17 +880,17 @@ private:
         const place_result& pr = r.place[p];
         const char* place = p == 0 ? "out" : "in";
         if (csv_ != nullptr) {
-            std::fprintf(csv_, "%s,%s,%zu,%zu,%s,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%" PRIu64 ",%s\n",
+            std::fprintf(csv_, "%s,%s,%zu,%zu,%s,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%" PRIu64 ",%s,sequential\n",
                          coll_name(r.coll), place, r.bytes, r.count, r.type, r.op, r.root, opt_.ranks,
                          algo_.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, pr.time_us,
-                         pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong, chosen(r));
+                         pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong, chosen(r, p == 1));
             std::fflush(csv_);
         }
         if (json_ != nullptr) {
             std::fprintf(json_,
                          "%s\n    {\"collective\": \"%s\", \"algo\": \"%s\", \"place\": \"%s\", \"size_bytes\": %zu, \"count\": %zu, "
                          "\"type\": \"%s\", \"redop\": \"%s\", \"root\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.6f, "
-                         "\"busbw_gbps\": %.6f, \"eff\": %.6f, \"copy_gbps\": %.4f, \"wrong\": %" PRIu64 "}",
+                         "\"busbw_gbps\": %.6f, \"eff\": %.6f, \"copy_gbps\": %.4f, \"wrong\": %" PRIu64 ", \"mode\": \"sequential\"}",
                          json_rows_ ? "," : "", coll_name(r.coll), algo_.c_str(), place, r.bytes, r.count, r.type, r.op, r.root,
                          pr.time_us, pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong);
             ++json_rows_;
@@ -829,7 +900,8 @@ private:
 
     const options& opt_;
     std::string algo_ = "ring";
-    std::vector<record> records_;
+    std::vector<interleaved_row> interleaved_;
+    std::string json_interleaved_; //!< the JSON "interleaved" array's entries, written at the end
     std::FILE* csv_ = nullptr;
     std::FILE* json_ = nullptr;
     std::size_t json_rows_ = 0;
@@ -1085,6 +1157,16 @@ const char* policy_names();
 
 //! bench_ring.cpp: the default ring<>, every type, every operator.
 void run_ring_default(bench_state& st, coll_kind c, type_kind t);
+//! One float sum call of a collective under a policy picked at run time,
+//! for the interleaved comparison (run_interleaved in chorus_bench.cpp):
+//! the address of call_collective<Algo, float, chorus::sum>, which the
+//! policy's sweep instantiates anyway (no new collective instantiation).
+using float_sum_call = void (*)(coll_kind, comm_type&, std::span<const float>, std::span<float>, bool, int);
+//! bench_policies.cpp: the call of a policy run_named_policy knows; nullptr otherwise.
+float_sum_call named_policy_call(const std::string& name);
+//! bench_ring.cpp: the call of the default ring<>.
+float_sum_call ring_default_call();
+
 //! bench_ring_grid.cpp: the other ring_grid entries, float and sum only.
 //! False when (channels, chunk_bytes) is not compiled in.
 bool run_ring_grid(bench_state& st, coll_kind c, int channels, std::size_t chunk_bytes);

@@ -1,7 +1,8 @@
 //! \file bench_policies.cpp
 //! chorus_bench's instantiations of the policies other than ring<>, each
 //! with its default tuning: float and every operator (its own translation
-//! unit, compiled in parallel with the ring's).
+//! unit, compiled in parallel with the ring's), and the float sum call of
+//! each for the interleaved comparison (the same instantiations).
 
 #include "bench.hpp"
 
@@ -31,6 +32,18 @@ bool run_named_policy(bench_state& st, coll_kind c, type_kind t, const std::stri
     else if (name == "deterministic") sweep<chorus::deterministic<>>(st, c);
     else return false;
     return true;
+}
+
+float_sum_call named_policy_call(const std::string& name) {
+    if (name == "direct") return &call_collective<chorus::direct<>, float, chorus::sum>;
+    if (name == "tree") return &call_collective<chorus::tree<>, float, chorus::sum>;
+    if (name == "recursive_doubling") return &call_collective<chorus::recursive_doubling<>, float, chorus::sum>;
+    if (name == "rabenseifner") return &call_collective<chorus::rabenseifner<>, float, chorus::sum>;
+    if (name == "two_shot") return &call_collective<chorus::two_shot<>, float, chorus::sum>;
+    if (name == "hierarchical") return &call_collective<chorus::hierarchical<>, float, chorus::sum>;
+    if (name == "automatic") return &call_collective<chorus::automatic, float, chorus::sum>;
+    if (name == "deterministic") return &call_collective<chorus::deterministic<>, float, chorus::sum>;
+    return nullptr;
 }
 
 } // namespace chorus_bench

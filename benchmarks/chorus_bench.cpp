@@ -25,7 +25,14 @@
 //!  - in-place timing repeats the collective on its own output, so its input
 //!    is a value the operator maps to itself (0 for sum, 1 otherwise): the
 //!    data never overflows or turns denormal, and arithmetic on integers and
-//!    normal floats takes the same time whatever the values.
+//!    normal floats takes the same time whatever the values;
+//!  - the tables time one policy per sweep, each on freshly started rank
+//!    threads; comparing policies across sweeps on a shared machine is
+//!    unfair (placement and load change between them), so with automatic
+//!    and a fixed policy in -a the automatic-vs-best-fixed summary comes
+//!    from an interleaved run instead (run_interleaved): per collective and
+//!    placement one set of rank threads, and per size and repetition every
+//!    policy timed in turn, the starting one rotated, fastest repetition kept.
 //!
 //! Sources: bench.hpp (shared definitions and the rank program), this file
 //! (command line, copy ceiling, driver), bench_ring.cpp and
@@ -52,7 +59,8 @@ void print_usage(std::FILE* to, const char* argv0) {
                  "  -f, --stepfactor N        multiply the size by N each row (default 2)\n"
                  "  -n, --iters N             timed calls per size (default 20)\n"
                  "  -w, --warmup N            untimed calls before timing (default 5)\n"
-                 "      --reps R              time R loops of -n calls per row, report the fastest (default 1)\n"
+                 "      --reps R              time R loops of -n calls per row, report the fastest (default 1;\n"
+                 "                            3 in the interleaved automatic comparison)\n"
                  "  -c, --check 0|1           verify results, count #wrong (default 1)\n"
                  "  -o, --op LIST             sum,prod,min,max,avg or all (default sum)\n"
                  "  -d, --datatype LIST       int8,uint8,int32,uint32,int64,uint64,float,double or all (default float)\n"
@@ -62,8 +70,11 @@ void print_usage(std::FILE* to, const char* argv0) {
                  "                            recursive_doubling, rabenseifner, two_shot, hierarchical,\n"
                  "                            automatic, deterministic, or all (default ring); other than\n"
                  "                            ring with their default tuning and -d float only. With\n"
-                 "                            automatic and a fixed policy, a summary per collective\n"
-                 "                            compares automatic with the best fixed one\n"
+                 "                            automatic and a fixed policy, each collective's tables are\n"
+                 "                            followed by an interleaved comparison (float sum; per size\n"
+                 "                            and repetition every listed policy but deterministic in\n"
+                 "                            turn on the same threads, fastest of --reps) and a summary\n"
+                 "                            of automatic against the best fixed policy\n"
                  "      --channels K          ring channels: 1, 2 or 4 (default 1)\n"
                  "      --chunk-bytes SIZE    ring chunk: 64K, 256K or 1M (default 256K)\n"
                  "      --collectives LIST    all_reduce,all_gather,reduce_scatter,broadcast,reduce or all (default all)\n"
@@ -189,7 +200,10 @@ options parse_options(int argc, char** argv) {
         else if (name == "stepfactor") o.step_factor = std::size_t(parse_int(value, flag, 2, 1 << 20));
         else if (name == "iters") o.iters = int(parse_int(value, flag, 1, 1 << 30));
         else if (name == "warmup" || name == "warmup_iters") o.warmup = int(parse_int(value, flag, 0, 1 << 30));
-        else if (name == "reps") o.reps = int(parse_int(value, flag, 1, 1000));
+        else if (name == "reps") {
+            o.reps = int(parse_int(value, flag, 1, 1000));
+            o.reps_given = true;
+        }
         else if (name == "check") o.check = parse_int(value, flag, 0, 1) != 0;
         else if (name == "op") o.ops = parse_list(value, flag, all_ops, op_name);
         else if (name == "datatype")
@@ -291,6 +305,87 @@ double measure_copy(copy_kind kind, std::vector<rank_buffers>& bufs, std::size_t
     return best;
 }
 
+//! The interleaved measurement behind the automatic-vs-best-fixed summary,
+//! for collective c and placement `place` (0 out-of-place, 1 in-place),
+//! float sum, in ONE run_threads: the same rank threads time every policy.
+//! Per size and per repetition (of `reps`), every policy in turn: `warmup`
+//! calls, a barrier, `iters` timed calls (time = latest end - earliest
+//! start over ranks, / iters, as in bench_rows). The first policy of a
+//! repetition moves on by one each repetition (carried over from size to
+//! size), so none always goes first; per policy the fastest repetition is
+//! kept. Then, with --check, one checked call per policy on fresh
+//! verifiable data. Rank 0 hands each size's row to the reporter.
+void run_interleaved(bench_state& st, coll_kind c, int place, const std::vector<std::string>& names,
+                     const std::vector<float_sum_call>& calls, int reps) {
+    const options& opt = st.opt;
+    const bool inplace = place == 1;
+    const std::size_t np = calls.size();
+    chorus::run_threads(opt.ranks, [&](comm_type& comm) {
+        const int n = comm.size();
+        const int rank = comm.rank();
+        const std::size_t me = std::size_t(rank);
+        const int root = coll_uses_root(c) ? opt.root : -1;
+        const data_pattern<float> pat = make_pattern<float>(op_kind::sum, n);
+        float* const a = reinterpret_cast<float*>(st.bufs[me].a.get());
+        float* const b = reinterpret_cast<float*>(st.bufs[me].b.get());
+        std::size_t turn = 0;
+        for (const std::size_t nominal : st.sizes) {
+            const std::size_t elems = nominal / sizeof(float);
+            const std::size_t count = coll_count_per_rank(c) ? elems / std::size_t(n) : elems;
+            if (count == 0) continue; // identical on every rank
+            const std::size_t bytes = (coll_count_per_rank(c) ? count * std::size_t(n) : count) * sizeof(float);
+            const operands<float> o = layout(c, inplace, rank, n, root, count, a, b);
+            const std::span<const float> in(o.in_ptr, o.in_count);
+            const std::span<float> out(o.out_ptr, o.out_count);
+
+            interleaved_row row;
+            row.coll = c;
+            row.place = place;
+            row.bytes = bytes;
+            row.count = count;
+            row.root = root;
+            row.op = coll_uses_op(c) ? "sum" : "none";
+            row.algos = names;
+            row.time_us.assign(np, 0.0);
+            row.wrong.assign(np, 0);
+            row.reps = reps;
+
+            // Timing inputs as in bench_rows: out-of-place inputs never change, in-place data is 0 (sum's fixed point).
+            if (inplace) fill_value(o.region, o.region_count, pat.stable);
+            else fill_from(o.in_ptr, o.in_count, pat.row(rank), 0);
+            for (int rep = 0; rep < reps; ++rep, ++turn) {
+                for (std::size_t k = 0; k < np; ++k) {
+                    const std::size_t p = (turn + k) % np;
+                    for (int i = 0; i < opt.warmup; ++i) calls[p](c, comm, in, out, inplace, root);
+                    chorus::barrier(comm);
+                    st.rank_times.start[me] = clock_type::now();
+                    for (int i = 0; i < opt.iters; ++i) calls[p](c, comm, in, out, inplace, root);
+                    st.rank_times.end[me] = clock_type::now();
+                    chorus::barrier(comm); // every rank's times are in
+                    if (rank == 0) {
+                        const double us = st.rank_times.seconds() * 1e6 / opt.iters;
+                        if (rep == 0 || us < row.time_us[p]) row.time_us[p] = us;
+                    }
+                    // Ranks write rank_times again only after the next barrier, which rank 0 enters after reading.
+                }
+            }
+
+            if (opt.check) { // one call per policy on fresh verifiable data
+                for (std::size_t p = 0; p < np; ++p) {
+                    chorus::barrier(comm); // nobody refills while a peer could still read its buffers
+                    fill_for_check(c, rank, root, count, o, pat);
+                    calls[p](c, comm, in, out, inplace, root);
+                    st.rank_wrong[me] = verify(c, inplace, rank, n, root, count, o, pat);
+                    chorus::barrier(comm);
+                    if (rank == 0)
+                        for (const std::uint64_t w : st.rank_wrong) row.wrong[p] += w;
+                }
+            }
+            if (rank == 0) st.rep.interleaved(row);
+        }
+    });
+}
+
 int run(const options& opt) {
     reporter rep(opt);
     const int n = opt.ranks;
@@ -319,6 +414,31 @@ int run(const options& opt) {
 
     bench_state st(opt, bufs, sizes, rep);
 
+    // The interleaved comparison: automatic and the fixed policies listed
+    // (deterministic is measured in its tables but not compared).
+    std::vector<std::string> cmp_names;
+    std::vector<float_sum_call> cmp_calls;
+    bool have_auto = false;
+    for (const std::string& a : opt.algos) {
+        if (a == "deterministic" || std::find(cmp_names.begin(), cmp_names.end(), a) != cmp_names.end()) continue;
+        const float_sum_call call = a == "ring" ? ring_default_call() : named_policy_call(a);
+        if (call == nullptr) std::abort(); // parse_options() checked
+        have_auto = have_auto || a == "automatic";
+        cmp_names.push_back(a);
+        cmp_calls.push_back(call);
+    }
+    const bool interleave = have_auto && cmp_names.size() >= 2;
+    const int cmp_reps = opt.reps_given ? opt.reps : 3;
+    if (interleave) {
+        std::string names;
+        for (const std::string& a : cmp_names) names += (names.empty() ? "" : ",") + a;
+        std::printf("# automatic vs best fixed: after each collective's tables, an interleaved run (float sum, the\n"
+                    "#   same threads for every policy, fastest of %d repetitions) of\n"
+                    "#   %s\n",
+                    cmp_reps, names.c_str());
+        std::fflush(stdout);
+    }
+
     const bool default_ring = ring_choice{opt.channels, opt.chunk_bytes} == ring_default;
     int missed = 0;
     for (coll_kind c : opt.colls) {
@@ -336,7 +456,14 @@ int run(const options& opt) {
             }
             rep.table_footer();
         }
-        missed += rep.selection_summary(c);
+        if (interleave) {
+            for (int place = 0; place < 2; ++place) {
+                if (place == 1 ? !opt.in_place : !opt.out_of_place) continue;
+                if (place == 0 && !coll_has_out_of_place(c)) continue;
+                run_interleaved(st, c, place, cmp_names, cmp_calls, cmp_reps);
+            }
+            missed += rep.selection_summary(c);
+        }
     }
     if (missed != 0) std::printf("#\n# automatic missed the 10 %% bar in %d rows (reported, not an error)\n", missed);
     const std::uint64_t wrong = rep.wrong_total();
