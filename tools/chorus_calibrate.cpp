@@ -31,6 +31,10 @@
 
 #include <chorus/chorus.hpp>
 #include <chorus/model/cost.hpp>
+#if defined(CHORUS_CALIBRATE_MPI) // chorus_calibrate_mpi: the same tool on communicator<mpi>
+#  include <chorus/mpi.hpp>
+#  include <unistd.h>
+#endif
 
 // --- the policies --validate measures: the one list to extend ---------------------
 // Every policy header that exists is measured; `automatic` is predicted as the
@@ -92,7 +96,16 @@ namespace {
 
 using chorus::collective;
 namespace model = chorus::model;
+#if defined(CHORUS_CALIBRATE_MPI)
+using comm_type = chorus::communicator<chorus::mpi>;
+constexpr bool on_mpi = true;
+constexpr const char* backend_name = "MPI backend";
+#else
 using comm_type = chorus::communicator<chorus::threads>;
+constexpr bool on_mpi = false;
+constexpr const char* backend_name = "threads backend";
+#endif
+int g_rank = 0; //!< this process's rank (MPI); 0 on the threads backend, where rank 0 reports
 using clock_type = std::chrono::steady_clock;
 
 struct usage_error {
@@ -141,6 +154,8 @@ struct options {
     std::string algos; // --validate: comma-separated policy names, empty: all
     bool corrections = true; // --no-corrections: the first-order fit alone
     std::string collectives = "all_reduce"; // --validate: comma-separated collectives
+    std::string merge_path;                 // MPI: keep this file's corrections for other rank counts
+    bool ranks_given = false;
     std::string command;
 };
 
@@ -213,7 +228,7 @@ options parse_options(int argc, char** argv) {
         static constexpr std::string_view valued[] = {"-t", "--ranks",  "-o",          "--output", "-b", "--minbytes",
                                                       "-e", "--maxbytes", "-f",        "--stepfactor", "-r", "--reps",
                                                       "--stat", "--budget", "--model", "--csv", "--algos",
-                                                      "--collectives"};
+                                                      "--collectives", "--merge"};
         if (std::find(std::begin(valued), std::end(valued), arg) == std::end(valued))
             throw usage_error{"unknown argument '" + std::string(argv[i]) + "' (see --help)"};
         if (!has_value) {
@@ -230,6 +245,7 @@ options parse_options(int argc, char** argv) {
                 rest = rest.substr(comma + 1);
             }
             o.ranks = o.rank_list.front();
+            o.ranks_given = true;
         }
         else if (arg == "-o" || arg == "--output") o.output = value;
         else if (arg == "-b" || arg == "--minbytes") o.min_bytes = parse_bytes(value, arg);
@@ -244,6 +260,7 @@ options parse_options(int argc, char** argv) {
         else if (arg == "--csv") o.csv_path = value;
         else if (arg == "--algos") o.algos = value;
         else if (arg == "--collectives") o.collectives = value;
+        else if (arg == "--merge") o.merge_path = value;
     }
     if (o.min_bytes < 4) throw usage_error{"--minbytes must be at least 4 (one float)"};
     if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
@@ -351,6 +368,14 @@ struct timer {
         std::vector<double> reps;
         for (int r = 0; r < o.reps; ++r) {
             chorus::barrier(comm);
+#if defined(CHORUS_CALIBRATE_MPI)
+            // Processes: the slowest rank's time (clocks of several hosts are not comparable).
+            const auto t0 = clock_type::now();
+            for (int it = 0; it < iters; ++it) call();
+            double mine = std::chrono::duration<double>(clock_type::now() - t0).count(), worst = 0;
+            MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, comm.mpi_comm());
+            if (rank == 0) reps.push_back(worst / iters);
+#else
             start[std::size_t(rank)] = clock_type::now();
             for (int it = 0; it < iters; ++it) call();
             end[std::size_t(rank)] = clock_type::now();
@@ -361,11 +386,30 @@ struct timer {
                 reps.push_back(std::chrono::duration<double>(t1 - t0).count() / iters);
             }
             // Rank 0 reads start/end before it enters the next barrier; nobody writes them before that.
+#endif
         }
         return rank == 0 ? statistic(reps, o.use_min) : 0.0;
     }
 };
 
+#if defined(CHORUS_CALIBRATE_MPI)
+//! The processes' communicator, made once.
+comm_type& world() {
+    static comm_type c(MPI_COMM_WORLD);
+    return c;
+}
+//! Runs `body(timer&)` on this process (the job's `n` ranks) with buffers for calls up to `biggest` bytes.
+template <class F>
+void with_ranks(const options& o, int n, double biggest, F&& body) {
+    comm_type& comm = world();
+    if (n != comm.size())
+        throw usage_error{"-t " + std::to_string(n) + " but the job has " + std::to_string(comm.size()) +
+                          " processes (mpiexec -n)"};
+    std::vector<clock_type::time_point> unused(1);
+    timer t(o, comm, unused, unused, biggest);
+    body(t);
+}
+#else
 //! Runs `body(timer&)` on `n` fresh ranks with buffers for calls up to `biggest` bytes.
 template <class F>
 void with_ranks(const options& o, int n, double biggest, F&& body) {
@@ -375,6 +419,7 @@ void with_ranks(const options& o, int n, double biggest, F&& body) {
         body(t);
     });
 }
+#endif
 
 //! Seconds per call of the policy that runs model algorithm `a` (rank 0; the others 0).
 double time_algo(timer& tm, model::algorithm a, op_kind k, std::size_t count) {
@@ -415,6 +460,15 @@ constexpr series_spec correction_plan[] = {
     {op_kind::reduce, model::algorithm::ring},
     {op_kind::reduce, model::algorithm::direct},
     {op_kind::reduce, model::algorithm::tree},
+};
+
+//! On MPI hierarchical<> is the shared-memory engine for every collective:
+//! corrected for each.
+constexpr series_spec mpi_extra_plan[] = {
+    {op_kind::all_gather, model::algorithm::hierarchical},
+    {op_kind::reduce_scatter, model::algorithm::hierarchical},
+    {op_kind::broadcast, model::algorithm::hierarchical},
+    {op_kind::reduce, model::algorithm::hierarchical},
 };
 
 //! Times policy Algo's collective `k` at every size: seconds per call;
@@ -538,7 +592,9 @@ std::string utc_now() {
 //! lines that describe them.
 std::string measure_corrections(const options& o, int n, model::topology& t) {
     constexpr int G = model::correction_points;
-    constexpr std::size_t S = sizeof(correction_plan) / sizeof(correction_plan[0]);
+    std::vector<series_spec> plan(std::begin(correction_plan), std::end(correction_plan));
+    if (on_mpi) plan.insert(plan.end(), std::begin(mpi_extra_plan), std::end(mpi_extra_plan));
+    const std::size_t S = plan.size();
     std::vector<double> grid;
     for (int i = 0; i < G; ++i) {
         const double b = model::correction::grid_bytes(i);
@@ -551,9 +607,9 @@ std::string measure_corrections(const options& o, int n, model::topology& t) {
     with_ranks(o, n, grid.back(), [&](timer& tm) {
         for (std::size_t i = 0; i < grid.size(); ++i)
             for (std::size_t q = 0; q < S; ++q) {
-                const std::size_t count = call_count(correction_plan[q].kind, grid[i], n);
+                const std::size_t count = call_count(plan[q].kind, grid[i], n);
                 if (count == 0) continue; // the same on every rank
-                const double sec = time_algo(tm, correction_plan[q].algo, correction_plan[q].kind, count);
+                const double sec = time_algo(tm, plan[q].algo, plan[q].kind, count);
                 if (tm.comm.rank() == 0) m[q][i] = sec;
             }
     });
@@ -561,15 +617,15 @@ std::string measure_corrections(const options& o, int n, model::topology& t) {
                       std::to_string(grid.size()) + " sizes, interleaved; the other grid sizes repeat the nearest\n";
     for (std::size_t q = 0; q < S; ++q) {
         model::correction k{};
-        k.coll = to_collective(correction_plan[q].kind);
-        k.algo = correction_plan[q].algo;
+        k.coll = to_collective(plan[q].kind);
+        k.algo = plan[q].algo;
         k.nranks = n;
         double r[G] = {};
         bool have[G] = {};
         for (std::size_t i = 0; i < grid.size(); ++i) {
-            const std::size_t count = call_count(correction_plan[q].kind, grid[i], n);
+            const std::size_t count = call_count(plan[q].kind, grid[i], n);
             if (count == 0 || !(m[q][i] > 0)) continue;
-            const double bytes = call_bytes(correction_plan[q].kind, count, n);
+            const double bytes = call_bytes(plan[q].kind, count, n);
             const double pred = model::predict_uncorrected(k.coll, k.algo, n, bytes, t);
             if (!(pred > 0)) continue;
             const int g = int(std::lround(std::log2(grid[i] / 8) / 2));
@@ -595,14 +651,62 @@ std::string measure_corrections(const options& o, int n, model::topology& t) {
         if (t.correction_count < model::max_corrections) t.corrections[t.correction_count++] = k;
         char line[160];
         std::snprintf(line, sizeof line, "#   %s %s: %.2f .. %.2f\n", model::algorithm_name(k.algo),
-                      kind_name(correction_plan[q].kind), *std::min_element(r + first, r + last + 1),
+                      kind_name(plan[q].kind), *std::min_element(r + first, r + last + 1),
                       *std::max_element(r + first, r + last + 1));
         out += line;
     }
     return out;
 }
 
-int calibrate(const options& o) {
+//! Writes the topology file (-o, default stdout); rank 0 only.
+void write_model(const options& o, const std::string& text) {
+    if (g_rank != 0) return;
+    if (o.output.empty() || o.output == "-") {
+        std::fputs(text.c_str(), stdout);
+    } else {
+        std::FILE* f = std::fopen(o.output.c_str(), "w");
+        if (f == nullptr) throw usage_error{"-o: cannot write " + o.output};
+        std::fputs(text.c_str(), f);
+        if (std::fclose(f) != 0) throw usage_error{"-o: error writing " + o.output};
+        std::fputs(text.c_str(), stderr);
+        std::fprintf(stderr, "chorus_calibrate: wrote %s\n", o.output.c_str());
+    }
+}
+
+#if defined(CHORUS_CALIBRATE_MPI)
+//! MPI: the first-order figures stay the backend's (model::mpi_topology:
+//! shared memory inside a node, point-to-point messages for flat
+//! schedules, which one process cannot tell apart by fitting); the
+//! corrections measure every schedule automatic can pick against them.
+//! --merge FILE keeps FILE's corrections for other rank counts, so runs
+//! with different mpiexec -n build one file.
+int calibrate_mpi(const options& o) {
+    const int n = world().size();
+    if (n < 2) throw usage_error{"calibration needs at least 2 processes"};
+    model::topology t = world().topology();
+    t.correction_count = 0;
+    std::string text = "# chorus_calibrate_mpi: MPI backend, " + std::to_string(n) + " processes (" +
+                       std::to_string(world().nodes()) + " node(s)), " + utc_now() + "\n";
+    text += "# command: " + o.command + "\n";
+    text += "# first-order figures: the MPI backend's (model::mpi_topology); corrections measured against them\n";
+    text += measure_corrections(o, n, t);
+    if (!o.merge_path.empty()) {
+        const model::topology old = model::load_file(o.merge_path);
+        int kept = 0;
+        for (int i = 0; i < old.correction_count; ++i)
+            if (old.corrections[i].nranks != n && t.correction_count < model::max_corrections) {
+                t.corrections[t.correction_count++] = old.corrections[i];
+                ++kept;
+            }
+        text += "# merged " + std::to_string(kept) + " correction(s) for other rank counts from " + o.merge_path + "\n";
+    }
+    text += model::to_text(t);
+    write_model(o, text);
+    return 0;
+}
+#endif
+
+[[maybe_unused]] int calibrate(const options& o) {
     const int n = o.ranks;
     if (n < 2) throw usage_error{"calibration needs at least 2 ranks"};
     model::topology one_node = model::default_topology();
@@ -716,16 +820,7 @@ int calibrate(const options& o) {
                          p.x.reduced);
         std::fclose(f);
     }
-    if (o.output.empty() || o.output == "-") {
-        std::fputs(text.c_str(), stdout);
-    } else {
-        std::FILE* f = std::fopen(o.output.c_str(), "w");
-        if (f == nullptr) throw usage_error{"-o: cannot write " + o.output};
-        std::fputs(text.c_str(), f);
-        if (std::fclose(f) != 0) throw usage_error{"-o: error writing " + o.output};
-        std::fputs(text.c_str(), stderr);
-        std::fprintf(stderr, "chorus_calibrate: wrote %s\n", o.output.c_str());
-    }
+    write_model(o, text);
     return 0;
 }
 
@@ -751,6 +846,9 @@ model::algorithm modelled_as(const model::topology& t, int n, std::size_t count,
         a.elem_bytes = sizeof(float);
         a.commutative = true;
         a.topo = &t;
+#if defined(CHORUS_CALIBRATE_MPI)
+        a.node_size = world().planning_node_size();
+#endif
         return P::choose(a);
     } else {
         model::algorithm a = model::algorithm::ring;
@@ -819,7 +917,10 @@ int validate(const options& o) {
                                        : o.model_path;
     // `automatic` reads model::current(): point it at the same file.
     if (!o.model_path.empty()) setenv("CHORUS_MODEL", o.model_path.c_str(), 1);
-    t.ranks_per_node = 0; // the threads backend here: one node
+    if (!on_mpi) t.ranks_per_node = 0; // the threads backend here: one node
+#if defined(CHORUS_CALIBRATE_MPI)
+    if (o.model_path.empty() && !model::model_file_given()) t = world().topology(); // what the backend plans with
+#endif
     const std::vector<double> sizes = sweep(o.min_bytes, o.max_bytes, o.factor);
     std::vector<op_kind> kinds;
     {
@@ -838,8 +939,8 @@ int validate(const options& o) {
     constexpr double judged_from = 64.0 * 1024;
     std::string kinds_text;
     for (op_kind k : kinds) kinds_text += (kinds_text.empty() ? "" : ", ") + std::string(kind_name(k));
-    std::printf("# chorus_calibrate --validate: %s (float, sum, out of place; root 0), threads backend, %d ranks, %s\n",
-                kinds_text.c_str(), n, utc_now().c_str());
+    std::printf("# chorus_calibrate --validate: %s (float, sum, out of place; root 0), %s, %d ranks, %s\n",
+                kinds_text.c_str(), backend_name, n, utc_now().c_str());
     std::printf("# model: %s (alpha %.3f us, intra %.3f GB/s, reduce %.3f GB/s); %s of %d timed loops per point\n",
                 model_desc.c_str(), t.intra.latency_s * 1e6, t.intra.bandwidth_Bps / 1e9, t.reduce_Bps / 1e9,
                 o.use_min ? "minimum" : "median", o.reps);
@@ -848,7 +949,7 @@ int validate(const options& o) {
                 "predicted_us", "ratio", "ok");
     std::FILE* csv = nullptr;
     if (!o.csv_path.empty()) {
-        csv = std::fopen(o.csv_path.c_str(), "w");
+        csv = g_rank == 0 ? std::fopen(o.csv_path.c_str(), "w") : std::fopen("/dev/null", "w");
         if (csv == nullptr) throw usage_error{"--csv: cannot write " + o.csv_path};
         std::fprintf(csv, "size_bytes,algorithm,modelled_as,ranks,measured_s,predicted_s,ratio,judged,within_25,"
                           "collective\n");
@@ -926,9 +1027,44 @@ int validate(const options& o) {
 
 } // namespace
 
+#if defined(CHORUS_CALIBRATE_MPI)
+int main(int argc, char** argv) {
+    int provided = 0, size = 1;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    // Rank 0 reports; the others' progress and tables go nowhere, their errors to stderr.
+    std::FILE* err = fdopen(dup(2), "w");
+    if (g_rank != 0) {
+        if (std::freopen("/dev/null", "w", stdout) == nullptr || std::freopen("/dev/null", "w", stderr) == nullptr)
+            return 1;
+    }
+    int rc = 0;
+    try {
+        options o = parse_options(argc, argv);
+        if (!o.ranks_given) {
+            o.ranks = size;
+            o.rank_list = {size};
+        }
+        if (o.rank_list.size() > 1) throw usage_error{"-t: one rank count per MPI job (use --merge to combine runs)"};
+        rc = o.validate ? validate(o) : calibrate_mpi(o);
+    } catch (const usage_error& e) {
+        std::fprintf(err, "chorus_calibrate_mpi: rank %d: %s\n", g_rank, e.what.c_str());
+        rc = 2;
+    } catch (const std::exception& e) {
+        std::fprintf(err, "chorus_calibrate_mpi: rank %d: %s\n", g_rank, e.what());
+        rc = 1;
+    }
+    std::fflush(err);
+    if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc); // peers may wait in a collective
+    MPI_Finalize();
+    return 0;
+}
+#else
 int main(int argc, char** argv) {
     try {
         const options o = parse_options(argc, argv);
+        if (!o.merge_path.empty()) throw usage_error{"--merge is for chorus_calibrate_mpi"};
         return o.validate ? validate(o) : calibrate(o);
     } catch (const usage_error& e) {
         std::fprintf(stderr, "chorus_calibrate: %s\n", e.what.c_str());
@@ -938,3 +1074,4 @@ int main(int argc, char** argv) {
         return 1;
     }
 }
+#endif

@@ -477,9 +477,9 @@ TEST_CASE("model: with flat_inter (MPI) flat schedules pay the inter link, hiera
     CHECK(two.inter.bandwidth_Bps == model::infiniband_class_link.bandwidth_Bps);
 }
 
-TEST_CASE("automatic: the pick follows the topology it is given, its scratch limit and in-place changes") {
+TEST_CASE("automatic: the pick follows the topology it is given, its scratch limit and the operator") {
     chorus::schedule_args a{collective::all_reduce, 0, 4, 0, 1 << 20, 4, false, 0};
-    model::topology t{};
+    const model::topology t{};
     a.topo = &t;
     const algorithm first = chorus::automatic::choose(a);
     CHECK(first == model::best(collective::all_reduce, 4, 4.0 * (1 << 20), t,
@@ -487,18 +487,24 @@ TEST_CASE("automatic: the pick follows the topology it is given, its scratch lim
                                           algorithm::rabenseifner, algorithm::ring, algorithm::tree}
                                    .data(),
                                6));
-    // The same object changed in place: not the remembered choice. Make
-    // two_shot far cheaper than anything else by a correction.
-    t.correction_count = 1;
-    t.corrections[0] = {collective::all_reduce, algorithm::two_shot, 4, {}};
-    for (float& r : t.corrections[0].ratio) r = 1e-6f;
+    CHECK(chorus::automatic::choose(a) == first); // remembered
+    // Another topology (a topology must not change while calls use it):
+    // two_shot made far cheaper than anything else by a correction.
+    auto favouring = [](algorithm x) {
+        model::topology u{};
+        u.correction_count = 1;
+        u.corrections[0] = {collective::all_reduce, x, 4, {}};
+        for (float& r : u.corrections[0].ratio) r = 1e-6f;
+        return u;
+    };
+    const model::topology two = favouring(algorithm::two_shot);
+    a.topo = &two;
     CHECK(chorus::automatic::choose(a) == algorithm::two_shot);
     CHECK(chorus::automatic::make_schedule(a).which == algorithm::two_shot);
-    // A scratch limit leaves out what needs more: rd and Rabenseifner keep a
-    // whole vector of partials; two_shot and ring in place need none here.
-    for (float& r : t.corrections[0].ratio) r = 1;
-    t.corrections[0].algo = algorithm::recursive_doubling;
-    for (float& r : t.corrections[0].ratio) r = 1e-6f;
+    // A scratch limit leaves out what needs more: recursive doubling keeps a
+    // whole vector of partials.
+    const model::topology rd = favouring(algorithm::recursive_doubling);
+    a.topo = &rd;
     CHECK(chorus::automatic::choose(a) == algorithm::recursive_doubling);
     a.scratch_limit_bytes = 1024;
     const algorithm limited = chorus::automatic::choose(a);
@@ -507,15 +513,23 @@ TEST_CASE("automatic: the pick follows the topology it is given, its scratch lim
     // Non-commutative operators never get an operand-reordering algorithm.
     a.scratch_limit_bytes = 0;
     a.commutative = false;
-    t.corrections[0].algo = algorithm::ring;
+    const model::topology ring = favouring(algorithm::ring);
+    a.topo = &ring;
     CHECK(chorus::automatic::choose(a) != algorithm::ring);
-    // On MPI (flat_inter), one node is a split: hierarchical<> is a candidate and wins large messages.
     a.commutative = true;
-    t = model::mpi_topology(4, false);
+    CHECK(chorus::automatic::choose(a) == algorithm::ring);
+    // On MPI (flat_inter), one node is a split: hierarchical<> is a candidate and wins large messages.
+    const model::topology mpi = model::mpi_topology(4, false);
+    a.topo = &mpi;
     a.node_size = 4;
     a.count = 4 << 20;
     CHECK(chorus::automatic::choose(a) == algorithm::hierarchical);
-    a.node_size = 0; // no node split known: not a candidate
-    t.ranks_per_node = 0;
+    a.coll = collective::all_gather; // for every collective there
+    CHECK(chorus::automatic::choose(a) == algorithm::hierarchical);
+    a.coll = collective::all_reduce;
+    model::topology no_split = mpi; // no node split known: not a candidate
+    no_split.ranks_per_node = 0;
+    a.topo = &no_split;
+    a.node_size = 0;
     CHECK(chorus::automatic::choose(a) != algorithm::hierarchical);
 }

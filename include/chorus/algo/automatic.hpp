@@ -138,12 +138,15 @@ inline int auto_candidates(const schedule_args& a, const model::topology& t,
     if (a.coll != collective::all_reduce && t.flat_inter && split && (comm || copies)) cand[k++] = algorithm::hierarchical;
     return k;
 }
-//! The last choice made on this thread, and what it was made for: a
-//! repeated call shape (the usual case: the same bucket every step) costs
-//! a comparison instead of a prediction per candidate.
+//! Choices made on this thread, with what they were made for: a repeated
+//! call shape (the usual case: the same buckets every step) costs a few
+//! comparisons instead of a prediction per candidate. A topology passed
+//! in schedule_args::topo must not change while calls use it (the backends
+//! own theirs and never change them); as a guard against one that does,
+//! an entry also remembers the topology's scalar figures.
 struct auto_memo {
     const model::topology* topo = nullptr;
-    double fingerprint = 0; //!< of *topo's figures: a topology changed in place is not the one remembered
+    double figures = 0;
     std::uint64_t bytes_key = 0;
     std::uint64_t scratch_limit = 0;
     int nranks = 0, node_size = 0;
@@ -151,23 +154,22 @@ struct auto_memo {
     bool commutative = false, in_place = false, valid = false;
     model::algorithm which = model::algorithm::ring;
 
-    static double fingerprint_of(const model::topology& t) {
-        double f = t.intra.latency_s * 1e6 + t.intra.bandwidth_Bps * 1e-9 + t.inter.latency_s * 3e6 +
-                   t.inter.bandwidth_Bps * 7e-9 + t.reduce_Bps * 1e-10 + t.local_Bps * 3e-10 + t.chunk_bytes +
-                   t.channels * 17.0 + t.ranks_per_node * 131.0 + t.correction_count * 1021.0;
-        // Each correction's key and a sample of its ratios (not all of them:
-        // this runs on every call).
-        for (int i = 0; i < t.correction_count && i < model::max_corrections; ++i) {
-            const model::correction& k = t.corrections[i];
-            f += double(i + 1) * (double(k.ratio[0]) + 5.0 * double(k.ratio[6]) + 11.0 * double(k.ratio[10]) +
-                                  double(int(k.coll) * 64 + int(k.algo) * 8) + double(k.nranks) * 1e-3);
-        }
-        return f;
+    static double figures_of(const model::topology& t) {
+        return t.intra.latency_s * 1e6 + t.intra.bandwidth_Bps * 1e-9 + t.inter.latency_s * 3e6 +
+               t.inter.bandwidth_Bps * 7e-9 + t.reduce_Bps * 1e-10 + t.local_Bps * 3e-10 + t.chunk_bytes +
+               t.channels * 17.0 + t.ranks_per_node * 131.0 + t.correction_count * 1021.0 + t.one_shot_bytes +
+               (t.flat_inter ? 0.5 : 0.0);
     }
-    bool matches(const schedule_args& a, const model::topology* t) const {
-        return valid && t == topo && fingerprint == fingerprint_of(*t) && a.count * a.elem_bytes == bytes_key && a.nranks == nranks &&
+    bool matches(const schedule_args& a, const model::topology* t, double f) const {
+        return valid && t == topo && a.count * a.elem_bytes == bytes_key && a.nranks == nranks &&
                a.node_size == node_size && a.coll == coll && a.commutative == commutative &&
-               a.in_place == in_place && a.scratch_limit_bytes == scratch_limit;
+               a.in_place == in_place && a.scratch_limit_bytes == scratch_limit && f == figures;
+    }
+    //! Which of the 8 entries a call shape uses.
+    static unsigned slot(const schedule_args& a) {
+        std::uint64_t h = a.count * a.elem_bytes * 0x9E3779B97F4A7C15ull;
+        h ^= std::uint64_t(a.coll) * 0xBF58476D1CE4E5B9ull + std::uint64_t(a.nranks) * 0x94D049BB133111EBull;
+        return unsigned(h >> 61);
     }
 };
 } // namespace detail
@@ -185,8 +187,10 @@ struct automatic {
         using model::algorithm;
         if (a.nranks <= 1 || a.coll == collective::barrier || is_exchange(a.coll)) return algorithm::direct;
         const model::topology& t = detail::choice_topology(a);
-        thread_local detail::auto_memo memo;
-        if (memo.matches(a, &t)) return memo.which;
+        thread_local detail::auto_memo memo[8];
+        const double figures = detail::auto_memo::figures_of(t);
+        detail::auto_memo& m = memo[detail::auto_memo::slot(a)];
+        if (m.matches(a, &t, figures)) return m.which;
         algorithm cand[model::algorithm_count]{};
         int k = detail::auto_candidates(a, t, cand);
         const int rpn = detail::choice_ranks_per_node(a, t);
@@ -200,7 +204,7 @@ struct automatic {
                 if (cand[i] != which) cand[j++] = cand[i];
             k = j;
         }
-        memo = detail::auto_memo{&t, detail::auto_memo::fingerprint_of(t), a.count * a.elem_bytes,
+        m = detail::auto_memo{&t, figures, a.count * a.elem_bytes,
                                  a.scratch_limit_bytes, a.nranks, a.node_size, a.coll, a.commutative, a.in_place,
                                  true, which};
         return which;

@@ -597,6 +597,11 @@ public:
     int local_rank() const { return node_topo_.local_of[static_cast<std::size_t>(rank_)]; }
     int local_size() const { return node_topo_.size(node()); }
     int nodes() const { return node_topo_.count(); }
+    //! What `automatic` plans against (the CHORUS_MODEL file, else
+    //! model::mpi_topology) and the node size it is given (0: no regular
+    //! split into nodes of consecutive ranks).
+    const model::topology& topology() const noexcept { return topo_; }
+    int planning_node_size() const noexcept { return sched_node_size_; }
 
     //! Collective: a new communicator of the ranks that pass the same
     //! `color`, ordered by `key` (as MPI_Comm_split); nullptr for

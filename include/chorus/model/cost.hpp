@@ -417,8 +417,9 @@ constexpr double predict_uncorrected(collective c, algorithm a, int nranks, doub
 //! `ranks_per_node` in place of t.ranks_per_node.
 constexpr double predict(collective c, algorithm a, int nranks, double bytes, const topology& t,
                          int ranks_per_node) noexcept {
-    return predict_uncorrected(c, a, nranks, bytes, t, ranks_per_node) *
-           t.correction_at(c, runs_as(c, a), nranks, bytes);
+    // hierarchical<> on MPI (flat_inter) is its own engine for every collective.
+    const algorithm key = t.flat_inter && a == algorithm::hierarchical ? a : runs_as(c, a);
+    return predict_uncorrected(c, a, nranks, bytes, t, ranks_per_node) * t.correction_at(c, key, nranks, bytes);
 }
 constexpr double predict(collective c, algorithm a, int nranks, double bytes, const topology& t) noexcept {
     return predict(c, a, nranks, bytes, t, t.ranks_per_node);
