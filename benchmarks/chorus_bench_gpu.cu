@@ -29,6 +29,15 @@
 //!    definition); AllGather and ReduceScatter: S = the total (n blocks),
 //!    count = elements per rank, as in chorus_bench.
 //!
+//! Algorithms: ring, direct and hierarchical with the compiled-in tunings
+//! (--channels, --chunk) and both element types; tree, recursive_doubling,
+//! rabenseifner, two_shot and automatic with their default tunings and
+//! float only (few kernels to compile). An automatic table adds a column
+//! with the algorithm automatic::choose picked for the row, computed from
+//! the schedule arguments launch() builds (the topology make_communicators
+//! plans against: the CHORUS_MODEL file, else
+//! model::gpu_cluster_topology(node size); the scratch allocated).
+//!
 //! Without a CUDA device: prints "CHORUS_SKIP: no CUDA device", exits 77.
 //! Exit status: 0 all checks passed, 1 a wrong value or a chorus/CUDA
 //! error, 2 bad command line, 77 no device.
@@ -77,14 +86,45 @@ using chorus_bench::to_collective;
 enum class type_kind { float32, bf16 };
 constexpr const char* type_name(type_kind t) { return t == type_kind::float32 ? "float" : "bf16"; }
 
-enum class algo_kind { ring, direct, hierarchical };
+enum class algo_kind { ring, direct, hierarchical, tree, recursive_doubling, rabenseifner, two_shot, automatic };
+constexpr algo_kind all_algo_kinds[] = {algo_kind::ring,         algo_kind::direct,   algo_kind::hierarchical,
+                                        algo_kind::tree,         algo_kind::recursive_doubling,
+                                        algo_kind::rabenseifner, algo_kind::two_shot, algo_kind::automatic};
 constexpr const char* algo_name(algo_kind a) {
     switch (a) {
     case algo_kind::ring: return "ring";
     case algo_kind::direct: return "direct";
     case algo_kind::hierarchical: return "hierarchical";
+    case algo_kind::tree: return "tree";
+    case algo_kind::recursive_doubling: return "recursive_doubling";
+    case algo_kind::rabenseifner: return "rabenseifner";
+    case algo_kind::two_shot: return "two_shot";
+    case algo_kind::automatic: return "automatic";
     }
     return "?";
+}
+//! The algorithms compiled in with their default tuning and float only
+//! (--channels, --chunk and bf16 do not apply to them).
+constexpr bool fixed_tuning(algo_kind a) {
+    return a != algo_kind::ring && a != algo_kind::direct && a != algo_kind::hierarchical;
+}
+//! Why algorithm `a` has no table of its own for collective `c` (it runs
+//! another policy's schedule there), or nullptr.
+constexpr const char* not_measured(algo_kind a, coll_kind c) {
+    if (c == coll_kind::all_reduce) return nullptr;
+    switch (a) {
+    case algo_kind::hierarchical:
+        return "hierarchical<> runs its Intra policy, ring<>, for every collective but all_reduce; see --algo ring";
+    case algo_kind::recursive_doubling:
+    case algo_kind::rabenseifner:
+    case algo_kind::two_shot:
+        return "it runs direct<>'s schedule for every collective but all_reduce; see --algo direct";
+    case algo_kind::tree:
+        return c == coll_kind::all_gather || c == coll_kind::reduce_scatter
+                   ? "tree<> runs ring<>'s schedule for all_gather and reduce_scatter; see --algo ring"
+                   : nullptr;
+    default: return nullptr;
+    }
 }
 
 //! The tunings compiled in (template arguments): every algorithm with every
@@ -138,9 +178,16 @@ void print_usage(std::FILE* to, const char* argv0) {
                  "      --devices              one rank per visible device instead of --ranks\n"
                  "  -r, --root N               root of broadcast and reduce (default 0)\n"
                  "      --collectives LIST     all_reduce,all_gather,reduce_scatter,broadcast,reduce or all (default all)\n"
-                 "  -a, --algo LIST            ring,direct,hierarchical (default ring);\n"
+                 "  -a, --algo LIST            ring,direct,hierarchical,tree,recursive_doubling,rabenseifner,\n"
+                 "                             two_shot,automatic (default ring);\n"
                  "                             hierarchical = hierarchical<ring<P>, ring<P>> with the same P,\n"
-                 "                             all_reduce only (other collectives run ring<P>'s schedule)\n"
+                 "                             all_reduce only (other collectives run ring<P>'s schedule);\n"
+                 "                             tree, recursive_doubling, rabenseifner, two_shot and automatic run\n"
+                 "                             their DEFAULT tuning (--channels/--chunk do not apply) and float only;\n"
+                 "                             recursive_doubling, rabenseifner and two_shot all_reduce only, tree\n"
+                 "                             all_reduce, broadcast and reduce (elsewhere they run direct<>'s or\n"
+                 "                             ring<>'s schedule); automatic every collective, with a column naming\n"
+                 "                             the algorithm it chose for each row (automatic::choose)\n"
                  "      --channels LIST        channels (thread blocks of 512 threads per rank), each one of\n"
                  "                             1,2,4,8,16,32 (compiled-in set; default 8)\n"
                  "      --chunk LIST           chunk_bytes, each one of 64K,256K,1M (compiled-in set; default 256K)\n"
@@ -219,11 +266,16 @@ options parse_args(int argc, char** argv) {
         } else if (is("-a", "--algo")) {
             o.algos.clear();
             for (auto a : split_list(need())) {
-                if (a == "ring") o.algos.push_back(algo_kind::ring);
-                else if (a == "direct") o.algos.push_back(algo_kind::direct);
-                else if (a == "hierarchical") o.algos.push_back(algo_kind::hierarchical);
-                else throw usage_error{std::string(arg) + ": unknown algorithm '" + std::string(a) +
-                                       "' (ring, direct, hierarchical)"};
+                bool found = false;
+                for (algo_kind k : all_algo_kinds)
+                    if (a == algo_name(k)) {
+                        o.algos.push_back(k);
+                        found = true;
+                    }
+                if (!found)
+                    throw usage_error{std::string(arg) + ": unknown algorithm '" + std::string(a) +
+                                      "' (ring, direct, hierarchical, tree, recursive_doubling, rabenseifner, "
+                                      "two_shot, automatic)"};
             }
         } else if (is("", "--channels")) {
             o.channels.clear();
@@ -378,6 +430,12 @@ struct table_summary {
     std::string note;
 };
 
+//! What launch() adds to a call's schedule arguments.
+struct plan_ctx {
+    const chorus::model::topology* topo = nullptr; //!< what automatic plans against
+    u64 scratch_limit = 0;                         //!< the scratch per rank (0: as much as needed)
+};
+
 struct bench {
     options opt;
     std::vector<int> devices;            //!< per rank
@@ -386,6 +444,10 @@ struct bench {
     std::vector<chorus::gpu::communicator> comms;
     std::vector<std::size_t> sizes;
     int node_size = 0;
+    //! What make_communicators plans automatic against: the CHORUS_MODEL file, else
+    //! model::gpu_cluster_topology(node_size) (the world's own copy is not reachable).
+    chorus::model::topology topo{};
+    std::size_t scratch = 0;              //!< scratch per rank, as allocated
     double copy_gbps = 0;                 //!< sum over distinct devices
     std::vector<double> copy_per_device;
     std::FILE* csv = nullptr;
@@ -393,6 +455,7 @@ struct bench {
     u64 wrong_total = 0;
 
     int n() const { return int(ranks.size()); }
+    plan_ctx ctx() const { return {&topo, scratch}; }
 };
 
 //! Per-call element counts of collective `c` for a nominal size in bytes
@@ -403,8 +466,10 @@ std::size_t count_for(coll_kind c, std::size_t nominal, std::size_t elem, int n)
 }
 
 //! The schedule arguments launch() builds for rank r (out-of-place calls;
-//! Broadcast is in place by definition).
-chorus::schedule_args args_for(coll_kind c, int r, int n, int root, u64 count, std::size_t elem, int node_size) {
+//! Broadcast is in place by definition; sum is commutative, the copy-only
+//! stand-in operator of AllGather and Broadcast is not).
+chorus::schedule_args args_for(coll_kind c, int r, int n, int root, u64 count, std::size_t elem, int node_size,
+                               const plan_ctx& pc) {
     chorus::schedule_args a{};
     a.coll = to_collective(c);
     a.rank = r;
@@ -414,15 +479,34 @@ chorus::schedule_args args_for(coll_kind c, int r, int n, int root, u64 count, s
     a.elem_bytes = elem;
     a.in_place = c == coll_kind::broadcast;
     a.node_size = node_size;
+    a.commutative = coll_uses_op(c);
+    a.topo = pc.topo;
+    a.scratch_limit_bytes = pc.scratch_limit;
     return a;
+}
+
+//! What automatic runs for this call on every rank: the algorithm's name,
+//! or "mixed:" and each rank's pick when the ranks disagree (they must not).
+std::string automatic_choice(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size,
+                             const plan_ctx& pc) {
+    const auto first = chorus::automatic::choose(args_for(c, 0, n, root, count, elem, node_size, pc));
+    std::string all = chorus::model::algorithm_name(first);
+    bool same = true;
+    for (int r = 1; r < n; ++r) {
+        const auto x = chorus::automatic::choose(args_for(c, r, n, root, count, elem, node_size, pc));
+        same = same && x == first;
+        all += std::string(",") + chorus::model::algorithm_name(x);
+    }
+    return same ? std::string(chorus::model::algorithm_name(first)) : "mixed:" + all;
 }
 
 //! Bytes every rank's schedule reads and writes for one collective.
 template <class Algo>
-double schedule_traffic(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size) {
+double schedule_traffic(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size,
+                        const plan_ctx& pc) {
     double total = 0;
     for (int r = 0; r < n; ++r) {
-        const auto sch = Algo::make_schedule(args_for(c, r, n, root, count, elem, node_size));
+        const auto sch = Algo::make_schedule(args_for(c, r, n, root, count, elem, node_size, pc));
         const u64 units = sch.units();
         for (int ch = 0; ch < sch.channels(); ++ch) {
             for (u64 p = 0; p < units; ++p) {
@@ -440,10 +524,11 @@ double schedule_traffic(coll_kind c, int n, int root, u64 count, std::size_t ele
 }
 
 template <class Algo>
-std::size_t scratch_needed(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size) {
+std::size_t scratch_needed(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size,
+                           const plan_ctx& pc) {
     std::size_t most = 0;
     for (int r = 0; r < n; ++r) {
-        const auto sch = Algo::make_schedule(args_for(c, r, n, root, count, elem, node_size));
+        const auto sch = Algo::make_schedule(args_for(c, r, n, root, count, elem, node_size, pc));
         most = std::max<std::size_t>(most, std::size_t(sch.scratch_elems()) * elem);
     }
     return most;
@@ -470,11 +555,21 @@ void issue_other(coll_kind c, chorus::gpu::communicator& comm, const T* in, T* o
 }
 
 //! hierarchical<> differs from its Intra policy only for AllReduce (the
-//! other collectives run Intra's schedule over all ranks), so it is
-//! compiled for AllReduce only: that keeps the instantiations (and the
-//! build time) down.
+//! other collectives run Intra's schedule over all ranks), and
+//! recursive_doubling<>, rabenseifner<> and two_shot<> from direct<> only
+//! for AllReduce, so they are compiled for AllReduce only: that keeps the
+//! instantiations (and the build time) down.
 template <class Algo>
-constexpr bool all_reduce_only = chorus::detail::hierarchical_policy<Algo>;
+using schedule_of = decltype(Algo::make_schedule(chorus::schedule_args{}));
+template <class Algo>
+constexpr bool all_reduce_only =
+    chorus::detail::hierarchical_policy<Algo> ||
+    std::is_same_v<schedule_of<Algo>, chorus::alt_schedule<chorus::recursive_doubling_schedule, chorus::direct_schedule>> ||
+    std::is_same_v<schedule_of<Algo>, chorus::alt_schedule<chorus::rabenseifner_schedule, chorus::direct_schedule>> ||
+    std::is_same_v<schedule_of<Algo>, chorus::alt_schedule<chorus::two_shot_schedule, chorus::direct_schedule>>;
+
+template <class Algo>
+constexpr bool is_automatic = std::is_same_v<Algo, chorus::automatic>;
 
 //! One call of collective `c` by one rank on its stream.
 template <class Algo, class T>
@@ -680,14 +775,18 @@ std::string algo_label(algo_kind a, int node_size) {
     case algo_kind::direct: return "direct" + p;
     case algo_kind::hierarchical:
         return "hierarchical<ring" + p + ",ring" + p + ">(ranks_per_node=" + std::to_string(node_size) + ")";
+    case algo_kind::automatic:
+        return "automatic(default tunings; column 'chosen': its pick per row" +
+               (node_size ? ", ranks_per_node=" + std::to_string(node_size) : std::string()) + ")";
+    default: return std::string(algo_name(a)) + "<>(default: channels=" + std::to_string(ch) + ",chunk=" +
+                    human_bytes(Algo::params.chunk_bytes) + ")";
     }
-    return "?";
 }
 
-void print_table_header(const std::string& title) {
+void print_table_header(const std::string& title, bool chosen) {
     std::printf("#\n# %s\n", title.c_str());
-    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s\n", "size", "count", "type", "redop", "root",
-                "time", "algbw", "busbw", "#wrong", "moved", "/copy");
+    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s%s\n", "size", "count", "type", "redop", "root",
+                "time", "algbw", "busbw", "#wrong", "moved", "/copy", chosen ? "  chosen" : "");
     std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
                 "(GB/s)", "(GB/s)", "", "(GB/s)", "");
     std::fflush(stdout);
@@ -703,11 +802,11 @@ void run_table(bench& B, algo_kind ak, type_kind tk, coll_kind c) {
     table_summary sum;
     sum.label = std::string(coll_name(c)) + " " + type_name(tk) + " " + algo + " ranks=" + std::to_string(n) +
                 " devices=" + std::to_string(B.distinct_devices.size());
-    print_table_header(sum.label);
+    print_table_header(sum.label, is_automatic<Algo>);
 
     // All ranks of a device must be resident at once.
     {
-        const auto sch = Algo::make_schedule(args_for(c, 0, n, call_root, 1, sizeof(T), B.node_size));
+        const auto sch = Algo::make_schedule(args_for(c, 0, n, call_root, 1, sizeof(T), B.node_size, B.ctx()));
         for (int d : B.distinct_devices) {
             const long long on_dev = std::count(B.devices.begin(), B.devices.end(), d);
             cuda_ok(cudaSetDevice(d), "cudaSetDevice");
@@ -748,20 +847,25 @@ void run_table(bench& B, algo_kind ak, type_kind tk, coll_kind c) {
         row.time_us = secs * 1e6 / B.opt.iters;
         row.algbw = double(row.bytes) / (row.time_us * 1e-6) / 1e9;
         row.busbw = row.algbw * bus_factor(c, n);
-        row.moved_bytes = schedule_traffic<Algo>(c, n, call_root, count, sizeof(T), B.node_size);
+        row.moved_bytes = schedule_traffic<Algo>(c, n, call_root, count, sizeof(T), B.node_size, B.ctx());
+        const std::string chosen = is_automatic<Algo>
+                                       ? automatic_choice(c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
+                                       : std::string(algo_name(ak));
         row.moved_gbps = row.moved_bytes / (row.time_us * 1e-6) / 1e9;
         row.copy_ratio = B.copy_gbps > 0 ? row.moved_gbps / B.copy_gbps : 0;
 
-        std::printf(" %14zu %11zu %6s %6s %5d %11.2f %9.2f %9.2f %7" PRIu64 " %10.1f %7.3f\n", row.bytes, row.count,
-                    type_name(tk), redop, root, row.time_us, row.algbw, row.busbw, row.wrong, row.moved_gbps,
-                    row.copy_ratio);
+        std::printf(" %14zu %11zu %6s %6s %5d %11.2f %9.2f %9.2f %7" PRIu64 " %10.1f %7.3f%s%s\n", row.bytes,
+                    row.count, type_name(tk), redop, root, row.time_us, row.algbw, row.busbw, row.wrong,
+                    row.moved_gbps, row.copy_ratio, is_automatic<Algo> ? "  " : "",
+                    is_automatic<Algo> ? chosen.c_str() : "");
         std::fflush(stdout);
         if (B.csv) {
-            std::fprintf(B.csv, "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64 "\n",
+            std::fprintf(B.csv, "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64 ",%s\n",
                          coll_name(c), type_name(tk), algo_name(ak), int(Algo::params.channels),
                          std::size_t(Algo::params.chunk_bytes), n, B.distinct_devices.size(), B.node_size,
                          int(B.opt.graph), B.opt.iters, B.opt.warmup, row.bytes, row.count, row.time_us, row.algbw,
-                         row.busbw, row.moved_bytes, row.moved_gbps, B.copy_gbps, row.copy_ratio, row.wrong);
+                         row.busbw, row.moved_bytes, row.moved_gbps, B.copy_gbps, row.copy_ratio, row.wrong,
+                         chosen.c_str());
             std::fflush(B.csv);
         }
 
@@ -814,6 +918,7 @@ void call_algo(algo_kind a, F& f) {
         f(std::type_identity<chorus::hierarchical<chorus::ring<chorus::ring_params{C, K}>,
                                                   chorus::ring<chorus::ring_params{C, K}>>>{});
         break;
+    default: break; // fixed_tuning: with_config
     }
 }
 
@@ -827,9 +932,23 @@ bool dispatch_algo(algo_kind a, int channels, std::size_t chunk, F& f, std::inde
     return found;
 }
 
-//! Calls f(type_identity<Algo>{}, type_identity<T>{}).
+//! Calls f(type_identity<Algo>{}, type_identity<T>{}); false when the
+//! combination is not compiled in (the fixed_tuning algorithms: default
+//! tuning, whatever channels and chunk say, and float only).
 template <class F>
 bool with_config(algo_kind a, int channels, std::size_t chunk, type_kind t, F&& f) {
+    if (fixed_tuning(a)) {
+        if (t != type_kind::float32) return false;
+        constexpr std::type_identity<float> flt{};
+        switch (a) {
+        case algo_kind::tree: f(std::type_identity<chorus::tree<>>{}, flt); return true;
+        case algo_kind::recursive_doubling: f(std::type_identity<chorus::recursive_doubling<>>{}, flt); return true;
+        case algo_kind::rabenseifner: f(std::type_identity<chorus::rabenseifner<>>{}, flt); return true;
+        case algo_kind::two_shot: f(std::type_identity<chorus::two_shot<>>{}, flt); return true;
+        case algo_kind::automatic: f(std::type_identity<chorus::automatic>{}, flt); return true;
+        default: return false;
+        }
+    }
     auto by_type = [&](auto algo_tag) {
         if (t == type_kind::float32) f(algo_tag, std::type_identity<float>{});
         else f(algo_tag, std::type_identity<__nv_bfloat16>{});
@@ -890,9 +1009,16 @@ int run(bench& B) {
     if (B.node_size == 0)
         if (const char* e = std::getenv("CHORUS_RANKS_PER_NODE")) B.node_size = std::atoi(e) > 0 ? std::atoi(e) : 0;
 
+    B.topo = chorus::model::model_file_given() ? chorus::model::current()
+                                               : chorus::model::gpu_cluster_topology(B.node_size);
+
     B.sizes = chorus_bench::sweep_sizes(o);
 
-    // Scratch: the most any planned call needs, found from the schedules themselves.
+    // Scratch: the most any planned call needs, found from the schedules
+    // themselves (automatic: what its picks need when it may use the default
+    // gpu::options::scratch_bytes).
+    const std::size_t default_scratch = chorus::gpu::options{}.scratch_bytes;
+    const plan_ctx sizing{&B.topo, default_scratch};
     std::size_t scratch = 0;
     for (algo_kind a : o.algos)
         for (int ch : o.channels)
@@ -907,10 +1033,15 @@ int run(bench& B) {
                                 const u64 cnt = count_for(c, s, sizeof(T), n);
                                 if (cnt)
                                     scratch = std::max(scratch, scratch_needed<Algo>(c, n, coll_uses_root(c) ? o.root : 0,
-                                                                                     cnt, sizeof(T), B.node_size));
+                                                                                     cnt, sizeof(T), B.node_size, sizing));
                             }
                     });
     scratch = std::max<std::size_t>(scratch, 4096);
+    // automatic plans against the scratch the communicators have: give it at
+    // least the default, so that it picks what it would for a default user.
+    if (std::find(o.algos.begin(), o.algos.end(), algo_kind::automatic) != o.algos.end())
+        scratch = std::max(scratch, default_scratch);
+    B.scratch = scratch;
 
     // Buffers (allocated and touched once) and streams.
     B.ranks.resize(std::size_t(n));
@@ -995,7 +1126,7 @@ int run(bench& B) {
         }
         std::fprintf(B.csv, "collective,type,algo,channels,chunk_bytes,ranks,devices,node_size,graph,iters,warmup,"
                             "size_bytes,count,time_us,algbw_gbps,busbw_gbps,moved_bytes,moved_gbps,copy_gbps,"
-                            "copy_ratio,wrong\n");
+                            "copy_ratio,wrong,chosen\n");
     }
 
     int status = 0;
@@ -1005,10 +1136,16 @@ int run(bench& B) {
                 for (std::size_t chunk : o.chunks)
                     for (type_kind t : o.types)
                         for (coll_kind c : o.colls) {
-                            if (a == algo_kind::hierarchical && c != coll_kind::all_reduce) {
-                                std::printf("#\n# %s %s hierarchical: not measured (hierarchical<> runs its Intra "
-                                            "policy, ring<>, for every collective but all_reduce; see --algo ring)\n",
-                                            coll_name(c), type_name(t));
+                            // The default-tuning float-only algorithms: one table per collective.
+                            if (fixed_tuning(a) && (ch != o.channels.front() || chunk != o.chunks.front())) continue;
+                            if (fixed_tuning(a) && t != type_kind::float32) {
+                                std::printf("#\n# %s %s %s: not measured (compiled for float only)\n", coll_name(c),
+                                            type_name(t), algo_name(a));
+                                continue;
+                            }
+                            if (const char* why = not_measured(a, c)) {
+                                std::printf("#\n# %s %s %s: not measured (%s)\n", coll_name(c), type_name(t),
+                                            algo_name(a), why);
                                 continue;
                             }
                             with_config(a, ch, chunk, t, [&](auto algo_tag, auto type_tag) {

@@ -14,10 +14,15 @@
 #    direct, 8 B..64 KiB; (c) AllGather and ReduceScatter, 8 ranks, ring,
 #    1 MiB..256 MiB; (d) bfloat16 AllReduce, 8 ranks; (e) with more than one
 #    GPU, one rank per device; (f) Broadcast, Reduce and hierarchical<>
-#    AllReduce, 8 ranks, a coarse sweep;
+#    AllReduce, 8 ranks, a coarse sweep; (g) AllReduce float, 8 virtual
+#    ranks, 8 B..64 MiB: automatic (the default policy; its table names
+#    the algorithm it chose per size) against ring<> and direct<> with
+#    their default tunings (the ones automatic runs), to see whether its
+#    picks are right on this machine (about 30 s);
 # 5. prints, last, a short summary table with the two targets
 #    (AllReduce 8 x 256 MiB moved/copy >= 0.70; AllReduce 8 ranks direct,
-#    worst time over 8 B..64 KiB <= 15 us).
+#    worst time over 8 B..64 KiB <= 15 us), and for (g) automatic's picks
+#    and how far its time is from the faster of ring<> and direct<>.
 #
 # Everything it prints is also saved under the results directory (default
 # <repo>/build-gpu-check-results/<UTC time>; every /build* path is ignored
@@ -146,18 +151,20 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32
 
 # --- the suite ---------------------------------------------------------------------
 SUITE_STATUS="NOT BUILT (doctest missing)"
+SUITE_TIMEOUT=300
 SUITE_RC=-
 if ((SUITE_BUILT)); then
     echo "+ CUDA_DEVICE_MAX_CONNECTIONS=32 $SUITE"
     set +e
-    timeout -k 10 240 "$SUITE" 2>&1 | tee "$RESULTS_DIR/suite.log"
+    # 300 s: the suite also runs the newer policies (tree<>, ..., automatic, deterministic<>) now.
+    timeout -k 10 "$SUITE_TIMEOUT" "$SUITE" 2>&1 | tee "$RESULTS_DIR/suite.log"
     SUITE_RC=${PIPESTATUS[0]}
     set -e
     SUITE_LINE=$(grep -E '^(PASSED|FAILED): [0-9]+ case' "$RESULTS_DIR/suite.log" | tail -n 1 || true)
     case $SUITE_RC in
     0) SUITE_STATUS="PASSED (${SUITE_LINE#*: })" ;;
     77) SUITE_STATUS="SKIPPED (no CUDA device)" ;;
-    124 | 137) SUITE_STATUS="FAILED (timed out after 240 s)" ;;
+    124 | 137) SUITE_STATUS="FAILED (timed out after $SUITE_TIMEOUT s)" ;;
     *) SUITE_STATUS="FAILED (exit $SUITE_RC${SUITE_LINE:+; ${SUITE_LINE#*: }})" ;;
     esac
 fi
@@ -206,6 +213,14 @@ run_bench f_broadcast_reduce_ring --ranks 8 --collectives broadcast,reduce --typ
     --channels 16 --chunk 256K -b 1M -e 256M -f 16 -n 10 -w 2
 run_bench f_allreduce_hierarchical --ranks 8 --ranks-per-node 4 --collectives all_reduce --type float \
     --algo hierarchical --channels 16 --chunk 256K -b 1M -e 256M -f 16 -n 10 -w 2
+# (g) AllReduce float, 8 virtual ranks, 8 B..64 MiB: automatic against ring<> and direct<> with their
+# default tunings (ring<>: 1 channel, 256 KiB; direct<>: 1 channel, 1 MiB), which are what automatic runs.
+# automatic ignores --channels/--chunk; its CSV column 22 (chosen) is its pick per size.
+G_SIZES=(-b 8 -e 64M -f 2 -n 30 -w 3)
+run_bench g_allreduce_automatic_ring --ranks 8 --collectives all_reduce --type float --algo automatic,ring \
+    --channels 1 --chunk 256K "${G_SIZES[@]}"
+run_bench g_allreduce_direct_default --ranks 8 --collectives all_reduce --type float --algo direct \
+    --channels 1 --chunk 1M "${G_SIZES[@]}"
 
 # --- summary -----------------------------------------------------------------------------
 csv() { # csv NAME: the rows of NAME.csv without the header (nothing if absent)
@@ -215,7 +230,8 @@ csv() { # csv NAME: the rows of NAME.csv without the header (nothing if absent)
 }
 # CSV columns: 1 collective, 2 type, 3 algo, 4 channels, 5 chunk_bytes, 6 ranks, 7 devices,
 # 8 node_size, 9 graph, 10 iters, 11 warmup, 12 size_bytes, 13 count, 14 time_us, 15 algbw,
-# 16 busbw, 17 moved_bytes, 18 moved_gbps, 19 copy_gbps, 20 copy_ratio, 21 wrong
+# 16 busbw, 17 moved_bytes, 18 moved_gbps, 19 copy_gbps, 20 copy_ratio, 21 wrong,
+# 22 chosen (the algorithm that ran: automatic's pick, else the algo itself)
 S256=268435456
 
 COPY_GBPS=$(csv a_allreduce_ring | awk -F, 'NR == 1 { printf "%.1f", $19 }')
@@ -236,6 +252,27 @@ at256() { # at256 NAME COLLECTIVE: best busbw and /copy at 256 MiB
     csv "$1" | awk -F, -v s=$S256 -v c="$2" '$1 == c && $12 == s && $16 > bw { bw = $16; r = $20 }
         END { if (bw != "") printf "busbw %.1f GB/s, /copy %.3f", bw, r }'
 }
+AWK_HB='function hb(b) { b += 0; return b >= 1048576 ? sprintf("%gM", b / 1048576) : b >= 1024 ? sprintf("%gK", b / 1024) : b "B" }'
+# (g): automatic's picks as size ranges, in size order ("direct 8B-32K, two_shot 64K-64M").
+AUTO_PICKS=$(csv g_allreduce_automatic_ring | awk -F, "$AWK_HB"'
+    $1 == "all_reduce" && $3 == "automatic" {
+        if ($22 != cur) {
+            if (cur != "") { out = out sep cur " " hb(lo) "-" hb(hi); sep = ", " }
+            cur = $22; lo = $12
+        }
+        hi = $12 }
+    END { if (cur != "") print out sep cur " " hb(lo) "-" hb(hi) }')
+# (g): automatic's time over the faster of ring<> and direct<> per size.
+AUTO_VS=$({
+    csv g_allreduce_automatic_ring
+    csv g_allreduce_direct_default
+} | awk -F, "$AWK_HB"'
+    $1 != "all_reduce" { next }
+    $3 == "automatic" { a[$12] = $14; next }
+    !($12 in b) || $14 < b[$12] { b[$12] = $14; bn[$12] = $3 }
+    END { for (s in a) if (s in b && b[s] > 0) { n++; r = a[s] / b[s]; if (r <= 1.10) ok++
+              if (r > worst) { worst = r; ws = s; wn = bn[s] } }
+          if (n) printf "within 10%% at %d of %d sizes; worst %.2fx at %s (%s)", ok, n, worst, hb(ws), wn }')
 target() { # target VALUE OP LIMIT
     [[ -z $1 ]] && {
         echo "n/a"
@@ -280,6 +317,8 @@ done
         printf '%-44s %s\n' "AllReduce 1 rank/device x256 MiB (ring)" "$(at256 e_devices_ring all_reduce)"
         printf '%-44s %s\n' "AllReduce 1 rank/device direct, worst small" "$(small_worst e_devices_direct_small)"
     fi
+    printf '%-44s %s\n' "AllReduce 8 ranks automatic: its picks" "${AUTO_PICKS:-n/a}"
+    printf '%-44s %s\n' "automatic vs faster of ring<>/direct<>" "${AUTO_VS:-n/a}"
     printf '%-44s %s\n' "wall time" "$(($(date +%s) - START)) s"
 } | tee "$RESULTS_DIR/summary.txt"
 

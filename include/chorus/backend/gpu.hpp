@@ -40,6 +40,7 @@
 #include <string>
 #include <vector>
 
+#include "../algo/automatic.hpp"
 #include "../algo/direct.hpp"
 #include "../async/future.hpp"
 #include "../collectives/checks.hpp"
@@ -338,7 +339,24 @@ future communicator<gpu::device>::launch(collective coll, const T* in, T* out, s
         a.commutative = op_traits<Op>::commutative;
         a.topo = &world_->topo;
         a.scratch_limit_bytes = world_->scratch_bytes;
-        enqueue(Algo::make_schedule(a), static_cast<T*>(nullptr));
+        if constexpr (requires { Algo::is_automatic; }) {
+            // Choose on the host and launch the chosen algorithm's own kernel
+            // (shared with the fixed policies): one kernel over auto_schedule
+            // would hold every algorithm's code and cost ~40 s of nvcc per
+            // (type, operator).
+            T* const tag = nullptr;
+            switch (Algo::choose(a)) {
+            case model::algorithm::ring: enqueue(ring<>::make_schedule(a), tag); break;
+            case model::algorithm::direct: enqueue(direct<>::make_schedule(a), tag); break;
+            case model::algorithm::tree: enqueue(tree<>::make_schedule(a), tag); break;
+            case model::algorithm::recursive_doubling: enqueue(recursive_doubling<>::make_schedule(a), tag); break;
+            case model::algorithm::rabenseifner: enqueue(rabenseifner<>::make_schedule(a), tag); break;
+            case model::algorithm::two_shot: enqueue(two_shot<>::make_schedule(a), tag); break;
+            case model::algorithm::hierarchical: enqueue(hierarchical<>::make_schedule(a), tag); break;
+            }
+        } else {
+            enqueue(Algo::make_schedule(a), static_cast<T*>(nullptr));
+        }
     }
 
     if (!async) {
