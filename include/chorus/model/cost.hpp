@@ -31,11 +31,13 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <locale>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <type_traits>
 #include <version>
 
 #include "../algo/schedule.hpp"
@@ -458,11 +460,14 @@ constexpr prediction evaluate(collective c, algorithm a, int nranks, double byte
     return {s, alg, alg * bus_factor(c, nranks)};
 }
 
-//! The candidate with the least predicted time (the first of equals);
-//! candidates[0] when k <= 1, algorithm::ring when there are none.
-constexpr algorithm best(collective c, int nranks, double bytes, const topology& t, const algorithm* candidates,
-                         int k, int ranks_per_node) noexcept {
-    if (candidates == nullptr || k <= 0) return algorithm::ring;
+namespace detail {
+
+// No test of the pointer here: g++ 12 with -fsanitize=undefined does not
+// fold a comparison of a namespace-scope array's address with null in a
+// constant expression, and best(c, n, bytes, t) must stay constexpr.
+constexpr algorithm best_of(collective c, int nranks, double bytes, const topology& t, const algorithm* candidates,
+                            int k, int ranks_per_node) noexcept {
+    if (k <= 0) return algorithm::ring;
     algorithm win = candidates[0];
     double t_win = predict(c, win, nranks, bytes, t, ranks_per_node);
     for (int i = 1; i < k; ++i) {
@@ -475,6 +480,16 @@ constexpr algorithm best(collective c, int nranks, double bytes, const topology&
     return win;
 }
 
+} // namespace detail
+
+//! The candidate with the least predicted time (the first of equals);
+//! candidates[0] when k <= 1, algorithm::ring when there are none.
+constexpr algorithm best(collective c, int nranks, double bytes, const topology& t, const algorithm* candidates,
+                         int k, int ranks_per_node) noexcept {
+    if (candidates == nullptr) return algorithm::ring;
+    return detail::best_of(c, nranks, bytes, t, candidates, k, ranks_per_node);
+}
+
 constexpr algorithm best(collective c, int nranks, double bytes, const topology& t, const algorithm* candidates,
                          int k) noexcept {
     return best(c, nranks, bytes, t, candidates, k, t.ranks_per_node);
@@ -482,7 +497,7 @@ constexpr algorithm best(collective c, int nranks, double bytes, const topology&
 
 //! best() over all_algorithms.
 constexpr algorithm best(collective c, int nranks, double bytes, const topology& t) noexcept {
-    return best(c, nranks, bytes, t, all_algorithms, algorithm_count);
+    return detail::best_of(c, nranks, bytes, t, all_algorithms, algorithm_count, t.ranks_per_node);
 }
 
 // --- the topology file ---------------------------------------------------------
@@ -498,8 +513,10 @@ namespace detail {
 
 // Locale-independent number text: std::to_chars / from_chars where the
 // library has them for floating point (shortest round-trip digits), else a
-// stream imbued with the classic locale (17 significant digits).
-inline std::string format_number(double v) {
+// stream imbued with the classic locale (max_digits10 significant digits).
+template <class F>
+inline std::string format_number(F v) {
+    static_assert(std::is_floating_point_v<F>);
 #if defined(__cpp_lib_to_chars)
     char buf[64];
     const auto r = std::to_chars(buf, buf + sizeof buf, v);
@@ -507,21 +524,7 @@ inline std::string format_number(double v) {
 #else
     std::ostringstream out;
     out.imbue(std::locale::classic());
-    out.precision(17);
-    out << v;
-    return out.str();
-#endif
-}
-
-inline std::string format_number(float v) {
-#if defined(__cpp_lib_to_chars)
-    char buf[64];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::string(buf, r.ptr);
-#else
-    std::ostringstream out;
-    out.imbue(std::locale::classic());
-    out.precision(9);
+    out.precision(std::numeric_limits<F>::max_digits10);
     out << v;
     return out.str();
 #endif
