@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # gpu_check.sh: the one script to run on a machine with an NVIDIA GPU.
 #
-#   benchmarks/gpu_check.sh [-B BUILD_DIR] [-o RESULTS_DIR]
+#   benchmarks/gpu_check.sh [-B BUILD_DIR] [-o RESULTS_DIR] [--prebuilt DIR]
 #
 # 1. configures a fresh build tree (default <repo>/build-gpu-check) with
 #    -DCHORUS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=<compute capability from
 #    nvidia-smi, fallback 90> -DCMAKE_BUILD_TYPE=Release -DCHORUS_MPI=OFF;
 # 2. builds only chorus_gpu_suite and chorus_bench_gpu (-j$(nproc));
+#    with --prebuilt DIR, steps 1-2 are skipped when DIR holds both
+#    programs already built (e.g. on a machine without a GPU, with
+#    -DCMAKE_CUDA_ARCHITECTURES=90, and carried over) and both start;
+#    otherwise it builds as above;
 # 3. with CUDA_DEVICE_MAX_CONNECTIONS=32, runs the GPU suite (virtual ranks
 #    2/4/8 on device 0, and one rank per device when there are several);
 # 4. runs chorus_bench_gpu: (a) AllReduce float, 8 virtual ranks, ring, 16
@@ -26,7 +30,9 @@
 #
 # Everything it prints is also saved under the results directory (default
 # <repo>/build-gpu-check-results/<UTC time>; every /build* path is ignored
-# by git). Environment overrides: BUILD_DIR, RESULTS_DIR, CUDA_ARCH.
+# by git). Environment overrides: BUILD_DIR, RESULTS_DIR, CUDA_ARCH,
+# SUITE_TIMEOUT (seconds, default 300), BENCH_TIMEOUT (per benchmark run,
+# default 180).
 # Exit status: 0 when the build, the suite and every benchmark run
 # succeeded (all results correct), whether or not the targets are met;
 # 1 otherwise. Meant to finish in under 5 minutes on one H200.
@@ -37,6 +43,9 @@ SCRIPT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 SRC_DIR=$(cd "$SCRIPT_DIR/.." && pwd)
 BUILD_DIR=${BUILD_DIR:-$SRC_DIR/build-gpu-check}
 RESULTS_DIR=${RESULTS_DIR:-$SRC_DIR/build-gpu-check-results/$(date -u +%Y%m%dT%H%M%SZ)}
+PREBUILT=
+SUITE_TIMEOUT=${SUITE_TIMEOUT:-300}
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
@@ -50,6 +59,10 @@ while (($#)); do
         ;;
     -o | --results)
         RESULTS_DIR=$2
+        shift 2
+        ;;
+    --prebuilt)
+        PREBUILT=$2
         shift 2
         ;;
     -h | --help)
@@ -105,45 +118,65 @@ fi
 } | tee "$RESULTS_DIR/machine.txt"
 
 # --- configure (fresh) and build ------------------------------------------------
-if [[ -e $BUILD_DIR ]]; then
-    if [[ -f $BUILD_DIR/CMakeCache.txt ]]; then
-        rm -rf "$BUILD_DIR"
-    elif [[ -n $(ls -A "$BUILD_DIR") ]]; then
-        echo "gpu_check: $BUILD_DIR exists and is not a build tree; refusing to delete it" >&2
-        exit 1
-    fi
-fi
-
-CONFIG=(-S "$SRC_DIR" -B "$BUILD_DIR"
-    -DCHORUS_CUDA=ON
-    "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
-    -DCMAKE_BUILD_TYPE=Release
-    -DCHORUS_MPI=OFF
-    "-DCMAKE_CUDA_COMPILER=$NVCC")
 SUITE_BUILT=1
-echo "+ cmake ${CONFIG[*]}"
-if ! cmake "${CONFIG[@]}" 2>&1 | tee "$RESULTS_DIR/configure.log"; then
-    if grep -qi doctest "$RESULTS_DIR/configure.log"; then
-        # The test tree needs doctest for its CPU tests; without it, build the
-        # benchmark alone (install doctest, e.g. apt-get install doctest-dev,
-        # to get the suite).
-        echo "gpu_check: doctest is missing: configuring without tests; the GPU suite is NOT built" |
-            tee -a "$RESULTS_DIR/configure.log"
-        SUITE_BUILT=0
-        rm -rf "$BUILD_DIR"
-        cmake "${CONFIG[@]}" -DCHORUS_BUILD_TESTS=OFF 2>&1 | tee -a "$RESULTS_DIR/configure.log"
+TARGETS=(chorus_gpu_suite chorus_bench_gpu)
+BUILD_SECS=0
+USE_PREBUILT=0
+if [[ -n $PREBUILT ]]; then
+    # Both programs must exist and find their libraries here (a binary built
+    # elsewhere may lack one); the benchmark's --help must run.
+    loads() { [[ -x $1 ]] && ldd "$1" >/dev/null 2>&1 && ! ldd "$1" | grep -q 'not found'; }
+    if loads "$PREBUILT/tests/gpu/chorus_gpu_suite" && loads "$PREBUILT/benchmarks/chorus_bench_gpu" &&
+        "$PREBUILT/benchmarks/chorus_bench_gpu" --help >/dev/null 2>&1; then
+        USE_PREBUILT=1
+        BUILD_DIR=$(cd "$PREBUILT" && pwd)
+        echo "gpu_check: using the programs prebuilt in $BUILD_DIR" | tee "$RESULTS_DIR/build.log"
     else
-        echo "gpu_check: configure failed (see $RESULTS_DIR/configure.log)" >&2
-        exit 1
+        echo "gpu_check: --prebuilt $PREBUILT: programs missing or do not start; building here" |
+            tee "$RESULTS_DIR/build.log"
+        ldd "$PREBUILT/tests/gpu/chorus_gpu_suite" "$PREBUILT/benchmarks/chorus_bench_gpu" 2>&1 |
+            grep -E 'not found|:$' >>"$RESULTS_DIR/build.log" || true
     fi
 fi
+if ((!USE_PREBUILT)); then
+    if [[ -e $BUILD_DIR ]]; then
+        if [[ -f $BUILD_DIR/CMakeCache.txt ]]; then
+            rm -rf "$BUILD_DIR"
+        elif [[ -n $(ls -A "$BUILD_DIR") ]]; then
+            echo "gpu_check: $BUILD_DIR exists and is not a build tree; refusing to delete it" >&2
+            exit 1
+        fi
+    fi
 
-TARGETS=(chorus_bench_gpu)
-((SUITE_BUILT)) && TARGETS=(chorus_gpu_suite chorus_bench_gpu)
-echo "+ cmake --build $BUILD_DIR -j$(nproc) --target ${TARGETS[*]}"
-BUILD_START=$(date +%s)
-cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}" 2>&1 | tee "$RESULTS_DIR/build.log"
-BUILD_SECS=$(($(date +%s) - BUILD_START))
+    CONFIG=(-S "$SRC_DIR" -B "$BUILD_DIR"
+        -DCHORUS_CUDA=ON
+        "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
+        -DCMAKE_BUILD_TYPE=Release
+        -DCHORUS_MPI=OFF
+        "-DCMAKE_CUDA_COMPILER=$NVCC")
+    echo "+ cmake ${CONFIG[*]}"
+    if ! cmake "${CONFIG[@]}" 2>&1 | tee "$RESULTS_DIR/configure.log"; then
+        if grep -qi doctest "$RESULTS_DIR/configure.log"; then
+            # The test tree needs doctest for its CPU tests; without it, build the
+            # benchmark alone (install doctest, e.g. apt-get install doctest-dev,
+            # to get the suite).
+            echo "gpu_check: doctest is missing: configuring without tests; the GPU suite is NOT built" |
+                tee -a "$RESULTS_DIR/configure.log"
+            SUITE_BUILT=0
+            rm -rf "$BUILD_DIR"
+            cmake "${CONFIG[@]}" -DCHORUS_BUILD_TESTS=OFF 2>&1 | tee -a "$RESULTS_DIR/configure.log"
+        else
+            echo "gpu_check: configure failed (see $RESULTS_DIR/configure.log)" >&2
+            exit 1
+        fi
+    fi
+
+    ((SUITE_BUILT)) || TARGETS=(chorus_bench_gpu)
+    echo "+ cmake --build $BUILD_DIR -j$(nproc) --target ${TARGETS[*]}"
+    BUILD_START=$(date +%s)
+    cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}" 2>&1 | tee -a "$RESULTS_DIR/build.log"
+    BUILD_SECS=$(($(date +%s) - BUILD_START))
+fi
 
 BENCH=$BUILD_DIR/benchmarks/chorus_bench_gpu
 SUITE=$BUILD_DIR/tests/gpu/chorus_gpu_suite
@@ -151,12 +184,11 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32
 
 # --- the suite ---------------------------------------------------------------------
 SUITE_STATUS="NOT BUILT (doctest missing)"
-SUITE_TIMEOUT=300
 SUITE_RC=-
 if ((SUITE_BUILT)); then
     echo "+ CUDA_DEVICE_MAX_CONNECTIONS=32 $SUITE"
     set +e
-    # 300 s: the suite also runs the newer policies (tree<>, ..., automatic, deterministic<>) now.
+    # 300 s by default: the suite also runs the newer policies (tree<>, ..., automatic, deterministic<>).
     timeout -k 10 "$SUITE_TIMEOUT" "$SUITE" 2>&1 | tee "$RESULTS_DIR/suite.log"
     SUITE_RC=${PIPESTATUS[0]}
     set -e
@@ -180,7 +212,7 @@ run_bench() {
     RUN_ORDER+=("$name")
     echo "+ chorus_bench_gpu $* --csv $RESULTS_DIR/$name.csv"
     set +e
-    timeout -k 10 180 "$BENCH" "$@" --csv "$RESULTS_DIR/$name.csv" 2>&1 | tee "$RESULTS_DIR/$name.log"
+    timeout -k 10 "$BENCH_TIMEOUT" "$BENCH" "$@" --csv "$RESULTS_DIR/$name.csv" 2>&1 | tee "$RESULTS_DIR/$name.log"
     RUN_RC[$name]=${PIPESTATUS[0]}
     set -e
 }
@@ -296,7 +328,11 @@ done
     echo "================ gpu_check summary ================"
     printf '%-44s %s\n' "results" "$RESULTS_DIR"
     printf '%-44s %s\n' "GPUs / CMAKE_CUDA_ARCHITECTURES" "$NGPU / $CUDA_ARCH"
-    printf '%-44s %s\n' "build (${TARGETS[*]})" "${BUILD_SECS} s"
+    if ((USE_PREBUILT)); then
+        printf '%-44s %s\n' "build" "prebuilt ($BUILD_DIR)"
+    else
+        printf '%-44s %s\n' "build (${TARGETS[*]})" "${BUILD_SECS} s"
+    fi
     printf '%-44s %s\n' "GPU suite" "$SUITE_STATUS"
     if ((${#BENCH_FAILED[@]})); then
         printf '%-44s %s\n' "benchmark runs" "FAILED: ${BENCH_FAILED[*]}"
