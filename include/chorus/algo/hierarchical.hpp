@@ -116,8 +116,13 @@ struct hierarchical_schedule {
         if (flat) return a.unit(ch, p);
         if (p < ua) return lift(a.unit(ch, p), node_base(), 1, 0, 0, false);
         step s{};
+        // The phase transitions wait on every channel: phase B splits our
+        // part over channels otherwise than phase A split it (and phase C
+        // reads the whole part phase B wrote), so a channel reads what the
+        // rank's and its peers' other channels wrote.
         if (p == ua) {
-            s.waits[0] = node_group(ua);
+            s.waits[0] = node_size > 1 ? node_group(ua) : wait_spec{me, ua};
+            s.waits[0].every_channel = true;
             return s;
         }
         if (p < sync_c()) {
@@ -126,8 +131,9 @@ struct hierarchical_schedule {
             return lift(b.unit(ch, q), local(), node_size, part_begin, start_b(), true);
         }
         if (p == sync_c()) {
-            s.waits[0] = node_group(p);
+            s.waits[0] = node_size > 1 ? node_group(p) : wait_spec{me, p};
             s.waits[1] = inter_group(p);
+            s.waits[0].every_channel = s.waits[1].every_channel = true;
             return s;
         }
         return lift(c.unit(ch, p - start_c()), node_base(), 1, 0, start_c(), false);

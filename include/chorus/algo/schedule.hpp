@@ -76,6 +76,13 @@ struct wait_spec {
     std::uint64_t units = 0;
     std::uint16_t span = 0;   //!< 0 or 1: the single rank `peer`
     std::uint16_t stride = 1;
+    //! Wait for every channel of the group (the waiting rank's own other
+    //! channels included), not only the waiting channel: a phase whose
+    //! channels split the data differently from the phase before reads
+    //! what other channels wrote. Executors that run a rank's channels in
+    //! order, unit by unit, satisfy it by that order; those that run
+    //! channels independently (the GPU's thread blocks) wait on each one.
+    bool every_channel = false;
 };
 
 //! One unit of work: dst = src0 op src1 (src1.loc == none: dst = src0),

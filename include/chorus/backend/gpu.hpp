@@ -283,7 +283,8 @@ future communicator<gpu::device>::launch(collective coll, const T* in, T* out, s
         int pd = -1;
         const char* in_name = coll == collective::broadcast ? "buf" : "in";
         detail::check_gpu_buffer(coll, in_name, detail::query_memory(in, pd), pd, dev);
-        if (coll != collective::broadcast)
+        // Reduce: a rank other than the root passes no `out` (null here).
+        if (coll != collective::broadcast && !(coll == collective::reduce && out == nullptr))
             detail::check_gpu_buffer(coll, "out", detail::query_memory(out, pd), pd, dev);
     }
     const detail::call_settings cs = issue();

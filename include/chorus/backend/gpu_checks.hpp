@@ -16,13 +16,17 @@ namespace chorus::detail {
 enum class mem_kind { host, device, managed };
 
 //! Throws unless `p` is memory that rank code on device `dev` may use:
-//! device memory of `dev`, or managed memory. `name` is the argument.
+//! device memory of `dev` (or of a device the runtime does not name,
+//! `ptr_device` < 0), or managed memory. `name` is the argument.
 inline void check_gpu_buffer(collective coll, const char* name, mem_kind kind, int ptr_device, int dev) {
     const std::string head = std::string("chorus::") + collective_name(coll) + ": `" + name + "` ";
     if (kind == mem_kind::host)
         throw error(errc::invalid_argument, head + "is host memory; a GPU communicator needs device memory "
                                                    "(cudaMalloc) on device " + std::to_string(dev));
-    if (kind == mem_kind::device && ptr_device != dev)
+    // A device ordinal below 0 means the runtime did not say where the memory
+    // lives (CUDA 13 on an H200 reported -1 for plain cudaMalloc memory):
+    // then it is device memory of some device, and it is accepted.
+    if (kind == mem_kind::device && ptr_device >= 0 && ptr_device != dev)
         throw error(errc::invalid_argument, head + "is memory of device " + std::to_string(ptr_device) +
                                                 " but this rank runs on device " + std::to_string(dev));
 }

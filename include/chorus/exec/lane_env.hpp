@@ -65,7 +65,12 @@ struct alignas(128) lane_flag {
 struct lane_rank_area {
     lane_flag flags[max_channels];
     lane_desc desc[2][max_channels]; //!< [seq & 1][channel]
-    std::uint64_t seq[max_channels]; //!< collectives this rank ran on each channel
+    //! Collectives this rank ran, one counter per channel (each read and
+    //! written only by that channel's block) kept equal: channel 0 also
+    //! advances the channels a collective does not use, so every channel
+    //! of a rank numbers a collective alike (an every_channel wait compares
+    //! another channel's flag with this channel's number).
+    std::uint64_t seq[max_channels];
 };
 
 //! The first failure of a rank, for the host to report.
@@ -129,14 +134,18 @@ struct lane_env {
     }
 
     //! Lane 0 spins on the peer's flag; the outcome goes to every lane.
+    //! The abort word may live in host memory (mapped pinned memory on a
+    //! GPU: each read crosses PCIe and they queue behind each other), so a
+    //! flag that is already set costs no read of it: the deadline is looked
+    //! at every 64 polls, the abort word every 1024.
     CHORUS_HD status poll(int peer, int c, std::uint64_t target) {
         std::uint64_t* word = &world.areas[peer]->flags[c].value;
-        for (unsigned i = 0;; ++i) {
+        for (unsigned i = 1;; ++i) {
             if (flag_load_acquire(word) >= target) return status::ok;
             lanes.relax();
             if ((i & 63u) == 0) {
-                if (aborted()) return status::aborted;
-                if (lanes.now_ns() > deadline_ns) return status::timeout;
+                if ((i & 1023u) == 0 && aborted()) return status::aborted;
+                if (lanes.now_ns() > deadline_ns) return aborted() ? status::aborted : status::timeout;
             }
         }
     }
@@ -145,7 +154,6 @@ struct lane_env {
         int st = 0;
         if (lanes.id() == 0) {
             status s = status::ok;
-            if (aborted()) s = status::aborted;
             // First contact with this peer in this collective: once it has
             // registered, compare its call with ours before trusting its
             // buffers or waiting for progress it may never make.
@@ -174,9 +182,9 @@ struct lane_env {
     CHORUS_HD void post(int c, std::uint64_t units) {
         lanes.sync(); // every lane's stores precede the release below
         if (lanes.id() == 0) {
-#if defined(__CUDA_ARCH__)
-            __threadfence_system();
-#endif
+            // A release at system scope: it carries the other lanes' stores
+            // too (they are ordered before it by the barrier above), so no
+            // separate __threadfence_system() (a second MEMBAR.SYS per post).
             flag_store_release(&world.areas[me]->flags[c].value, (seq << 32) | units);
         }
     }
@@ -200,7 +208,12 @@ struct lane_env {
         return nullptr;
     }
 
-    int channel = 0; //!< the channel this env runs (set by run_lane_channel)
+    int channel = 0;   //!< the channel this env runs (set by run_lane_channel)
+    int nchannels = 1; //!< the schedule's channels, each run by its own lane group
+
+    //! Channels run independently of each other (rank_program.hpp's
+    //! wait_for then honours wait_spec::every_channel).
+    CHORUS_HD int independent_channels() const { return nchannels; }
 
     CHORUS_HD status execute(const step& s) {
         if (s.count == 0) return status::ok;
@@ -240,6 +253,7 @@ CHORUS_HD status run_lane_channel(const Lanes& lanes, const lane_launch<T, Op, S
     lane_desc mine{L.in, L.out, L.scratch, L.sig};
     lane_env<T, Op, Lanes> env{lanes, L.world, sh, L.rank, seq, deadline, L.sig, mine, L.op};
     env.channel = c;
+    env.nchannels = L.sch.channels();
     if (lanes.id() == 0) {
         for (auto& m : sh.checked) m = 0;
         own->desc[seq & 1][c] = mine; // published by the release in post()
@@ -252,6 +266,8 @@ CHORUS_HD status run_lane_channel(const Lanes& lanes, const lane_launch<T, Op, S
     if (st == status::ok) st = finish_channel(L.sch, env, c);
     if (lanes.id() == 0) {
         own->seq[c] = seq;
+        if (c == 0)
+            for (int ch = L.sch.channels(); ch < max_channels; ++ch) own->seq[ch] = seq;
         if (st != status::ok) {
             lane_fault& f = L.world.faults[L.rank];
             if (f.code == 0) {

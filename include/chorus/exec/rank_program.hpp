@@ -21,22 +21,49 @@
 
 namespace chorus::detail {
 
-//! Runs unit p of channel c: wait for the peers the step names, move the
-//! data, publish progress. Returns the first failed wait's status.
-//! Waits as `w` says: one rank, or a group of ranks (skipping `self`).
+//! Waits as `w` says on channel c: one rank, or a group of ranks
+//! (skipping `self`).
 CHORUS_HD_TEMPLATE
 template <class Env>
-CHORUS_HD status wait_for(Env& env, const wait_spec& w, int self, int c) {
+CHORUS_HD status wait_on_channel(Env& env, const wait_spec& w, int self, int c) {
     if (w.peer < 0) return status::ok;
-    const int span = w.span > 1 ? int(w.span) : 1;
-    for (int i = 0; i < span; ++i) {
+    // The single-peer wait on its own path, not as a loop of one: nvcc 13.0
+    // (sm_90, -O3) compiled the loop form inside the kernels so that no wait
+    // was made at all when the step came from a ring schedule (seen on an
+    // H200; the CPU executors were right). Keep this shape.
+    if (w.span <= 1) return w.peer == self ? status::ok : env.wait(w.peer, c, w.units);
+    for (int i = 0; i < int(w.span); ++i) {
         const int peer = w.peer + i * int(w.stride);
-        if (span > 1 && peer == self) continue;
+        if (peer == self) continue;
         if (const status st = env.wait(peer, c, w.units); st != status::ok) return st;
     }
     return status::ok;
 }
 
+//! Waits as `w` says. With w.every_channel, where the env runs a rank's
+//! channels independently (it has independent_channels()), on every
+//! channel of the group and on the rank's own other channels; elsewhere
+//! channels run in order, which already gives that, and only channel c
+//! is waited on.
+CHORUS_HD_TEMPLATE
+template <class Env>
+CHORUS_HD status wait_for(Env& env, const wait_spec& w, int self, int c) {
+    if constexpr (requires { env.independent_channels(); }) {
+        if (w.every_channel && w.peer >= 0) {
+            const int channels = env.independent_channels();
+            for (int ch = 0; ch < channels; ++ch) {
+                if (ch != c)
+                    if (const status st = env.wait(self, ch, w.units); st != status::ok) return st;
+                if (const status st = wait_on_channel(env, w, self, ch); st != status::ok) return st;
+            }
+            return status::ok;
+        }
+    }
+    return wait_on_channel(env, w, self, c);
+}
+
+//! Runs unit p of channel c: wait for the peers the step names, move the
+//! data, publish progress. Returns the first failed wait's status.
 CHORUS_HD_TEMPLATE
 template <class Schedule, class Env>
 CHORUS_HD status run_unit(const Schedule& sch, Env& env, int c, std::uint64_t p) {
