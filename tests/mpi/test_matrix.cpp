@@ -21,11 +21,22 @@
 
 //! The policies the matrix runs: extend freely (any policy with a
 //! make_schedule, or ring<> / hierarchical<Intra, ring<>>).
+//! CHORUS_TEST_REDUCED_MATRIX (the sanitizer builds): the engine, the
+//! schedule executor with a fan-in and a pushing-free pipelined policy,
+//! and automatic, on fewer (type, operator) pairs; the Release build runs
+//! them all. (The full matrix took one compiler process 13 GB and more than
+//! 15 minutes under ASan + UBSan.)
+#if defined(CHORUS_TEST_REDUCED_MATRIX)
+using mpi_test_algos = std::tuple<chorus::ring<>, chorus::direct<chorus::direct_params{2, 4096}>,
+                                  chorus::hierarchical<chorus::ring<>, chorus::ring<>>, chorus::tree<>,
+                                  chorus::automatic>;
+#else
 using mpi_test_algos =
     std::tuple<chorus::ring<>, chorus::direct<>, chorus::direct<chorus::direct_params{2, 4096}>,
                chorus::hierarchical<chorus::direct<>, chorus::direct<>>, chorus::hierarchical<chorus::ring<>, chorus::ring<>>,
                chorus::tree<>, chorus::recursive_doubling<>, chorus::rabenseifner<chorus::direct_params{2, 4096}>,
                chorus::two_shot<>, chorus::automatic, chorus::deterministic<>>;
+#endif
 
 namespace {
 
@@ -48,18 +59,20 @@ void classic_matrix(comm_t& comm, const char* algo) {
     check_reductions<Algo, std::int64_t, sum>(comm, algo, all_counts);
     check_reductions<Algo, float, sum>(comm, algo, all_counts);
     check_reductions<Algo, double, sum>(comm, algo, all_counts);
-    // every other operator on int32 and float
+    // every other operator on int32 and float (reduced matrix: three)
+    check_reductions<Algo, std::int32_t, max>(comm, algo, op_counts);
+    check_reductions<Algo, std::int32_t, bit_xor>(comm, algo, op_counts);
+    check_reductions<Algo, float, avg>(comm, algo, op_counts);
+#if !defined(CHORUS_TEST_REDUCED_MATRIX)
     check_reductions<Algo, std::int32_t, prod>(comm, algo, op_counts);
     check_reductions<Algo, std::int32_t, min>(comm, algo, op_counts);
-    check_reductions<Algo, std::int32_t, max>(comm, algo, op_counts);
     check_reductions<Algo, std::int32_t, avg>(comm, algo, op_counts);
     check_reductions<Algo, std::int32_t, bit_and>(comm, algo, op_counts);
     check_reductions<Algo, std::int32_t, bit_or>(comm, algo, op_counts);
-    check_reductions<Algo, std::int32_t, bit_xor>(comm, algo, op_counts);
     check_reductions<Algo, float, prod>(comm, algo, op_counts);
     check_reductions<Algo, float, min>(comm, algo, op_counts);
     check_reductions<Algo, float, max>(comm, algo, op_counts);
-    check_reductions<Algo, float, avg>(comm, algo, op_counts);
+#endif
     // AllGather and Broadcast (roots 0 and n-1) on every type
     check_copies<Algo, std::int8_t>(comm, algo, all_counts, false);
     check_copies<Algo, std::uint8_t>(comm, algo, copy_counts, false);
