@@ -121,8 +121,7 @@ struct hierarchical_schedule {
         // reads the whole part phase B wrote), so a channel reads what the
         // rank's and its peers' other channels wrote.
         if (p == ua) {
-            s.waits[0] = node_size > 1 ? node_group(ua) : wait_spec{me, ua};
-            s.waits[0].every_channel = true;
+            s.waits[0] = transition(node_group(ua), ua);
             return s;
         }
         if (p < sync_c()) {
@@ -131,9 +130,8 @@ struct hierarchical_schedule {
             return lift(b.unit(ch, q), local(), node_size, part_begin, start_b(), true);
         }
         if (p == sync_c()) {
-            s.waits[0] = node_size > 1 ? node_group(p) : wait_spec{me, p};
-            s.waits[1] = inter_group(p);
-            s.waits[0].every_channel = s.waits[1].every_channel = true;
+            s.waits[0] = transition(node_group(p), p);
+            s.waits[1] = transition(inter_group(p), p);
             return s;
         }
         return lift(c.unit(ch, p - start_c()), node_base(), 1, 0, start_c(), false);
@@ -149,6 +147,13 @@ struct hierarchical_schedule {
     CHORUS_HD constexpr wait_spec node_group(std::uint64_t u) const {
         if (node_size <= 1) return {};
         return {node_base(), u, static_cast<std::uint16_t>(node_size), 1};
+    }
+    //! A phase transition's wait `w` (on `u` units) over every channel;
+    //! a rank alone in its node still waits on its own other channels.
+    CHORUS_HD constexpr wait_spec transition(wait_spec w, std::uint64_t u) const {
+        if (w.peer < 0) w = {me, u};
+        w.every_channel = true;
+        return w;
     }
     //! Every other rank of our inter-node group has done `u` units.
     CHORUS_HD constexpr wait_spec inter_group(std::uint64_t u) const {
