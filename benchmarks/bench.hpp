@@ -2,9 +2,10 @@
 //! \file bench.hpp
 //! What chorus_bench's translation units share: the measured collectives and
 //! their nccl-tests definitions, options, buffers, verifiable data, the
-//! reporter, and the rank program (templates). The expensive part, the
-//! collective instantiations, is spread over bench_ring.cpp and
-//! bench_ring_grid.cpp so a -j2 build compiles them side by side.
+//! reporter, and the rank program (templates). Policies are values
+//! (chorus::policy), chosen at run time: the rank program is instantiated
+//! once per (element type, operator), in bench_sweep.cpp, and serves every
+//! policy; a -j2 build compiles it beside chorus_bench.cpp.
 //! chorus_bench_gpu.cu includes it too, for the collective kinds and their
 //! names and bus factors, the sweep options, usage_error, the command-line
 //! parsers and human_bytes.
@@ -155,7 +156,7 @@ constexpr const char* type_name(type_kind t) {
     return "?";
 }
 
-// Runtime choice -> compile-time type. Each calls f(std::type_identity<X>{}).
+// Runtime choice -> element type. Calls f(std::type_identity<T>{}).
 template <class F>
 void with_type(type_kind t, F&& f) {
     switch (t) {
@@ -170,32 +171,35 @@ void with_type(type_kind t, F&& f) {
     }
 }
 
-template <class Op>
-constexpr op_kind op_kind_of() {
-    if constexpr (std::is_same_v<Op, chorus::prod>) return op_kind::prod;
-    else if constexpr (std::is_same_v<Op, chorus::min>) return op_kind::min;
-    else if constexpr (std::is_same_v<Op, chorus::max>) return op_kind::max;
-    else if constexpr (std::is_same_v<Op, chorus::avg>) return op_kind::avg;
-    else return op_kind::sum;
+// Runtime choice -> operator type. Calls f(std::type_identity<Op>{}).
+template <class F>
+void with_op(op_kind o, F&& f) {
+    switch (o) {
+    case op_kind::sum: f(std::type_identity<chorus::sum>{}); break;
+    case op_kind::prod: f(std::type_identity<chorus::prod>{}); break;
+    case op_kind::min: f(std::type_identity<chorus::min>{}); break;
+    case op_kind::max: f(std::type_identity<chorus::max>{}); break;
+    case op_kind::avg: f(std::type_identity<chorus::avg>{}); break;
+    }
 }
 
 
-//! The ring<> tunings compiled in. The library default, ring<> =
-//! ring<ring_params{}>, is compiled for every type and operator
-//! (bench_ring.cpp); the rest of this channels x chunk grid only for float
-//! and sum (bench_ring_grid.cpp): each entry costs about 6 collective
-//! instantiations per type and operator, and compile time matters.
+//! A ring<> tuning from --channels x --chunk-bytes (any runs: a policy is
+//! a value); ring_default is ring<> = ring<ring_params{}>.
 struct ring_choice {
     int channels;
     std::size_t chunk_bytes;
     friend constexpr bool operator==(const ring_choice&, const ring_choice&) = default;
 };
 inline constexpr ring_choice ring_default{chorus::ring_params{}.channels, chorus::ring_params{}.chunk_bytes};
-inline constexpr ring_choice ring_grid[] = {
-    {1, 64 << 10}, {1, 256 << 10}, {1, 1 << 20},  //
-    {2, 64 << 10}, {2, 256 << 10}, {2, 1 << 20},  //
-    {4, 64 << 10}, {4, 256 << 10}, {4, 1 << 20},
-};
+
+//! ring<ring_params{.channels = channels, .chunk_bytes = chunk_bytes}> as a value.
+constexpr chorus::policy ring_policy(int channels, std::size_t chunk_bytes) {
+    return chorus::policy::fixed(chorus::algorithm::ring, chorus::tuning{channels, chunk_bytes});
+}
+static_assert(ring_policy(ring_default.channels, ring_default.chunk_bytes) == chorus::policy_of<chorus::ring<>>);
+static_assert(ring_policy(4, 64 << 10) ==
+              chorus::policy_of<chorus::ring<chorus::ring_params{4, 64 << 10}>>);
 
 // ---------------------------------------------------------------------------
 // Options
@@ -960,19 +964,24 @@ inline double measure_row_copy(bench_state& st, int rank, std::size_t bytes) {
     return best;
 }
 
-//! One call of collective `c`. in/out are this rank's operands; `inplace`
-//! selects the one-buffer overload of all_reduce.
-template <class Algo, class T, class Op>
-void call_collective(coll_kind c, comm_type& comm, std::span<const T> in, std::span<T> out, bool inplace, int root) {
+//! One sync call of collective `c` under policy `pol`: the run function the
+//! public call runs (chorus::all_reduce<Algo>(...) is
+//! detail::all_reduce_run(comm, policy_of<Algo>, ...)). in/out are this
+//! rank's operands; `inplace` passes all_reduce the same memory for both,
+//! as its one-buffer overload does.
+template <class T, class Op>
+void call_collective(const chorus::policy& pol, coll_kind c, comm_type& comm, std::span<const T> in,
+                     std::span<T> out, bool inplace, int root) {
+    namespace d = chorus::detail;
     switch (c) {
     case coll_kind::all_reduce:
-        if (inplace) chorus::all_reduce<Algo>(comm, out, Op{});
-        else chorus::all_reduce<Algo>(comm, in, out, Op{});
+        if (inplace) d::all_reduce_run(comm, pol, std::span<const T>(out), out, Op{}, false);
+        else d::all_reduce_run(comm, pol, in, out, Op{}, false);
         break;
-    case coll_kind::all_gather: chorus::all_gather<Algo>(comm, in, out); break;
-    case coll_kind::reduce_scatter: chorus::reduce_scatter<Algo>(comm, in, out, Op{}); break;
-    case coll_kind::broadcast: chorus::broadcast<Algo>(comm, out, root); break;
-    case coll_kind::reduce: chorus::reduce<Algo>(comm, in, out, Op{}, root); break;
+    case coll_kind::all_gather: d::all_gather_run(comm, pol, in, out, false); break;
+    case coll_kind::reduce_scatter: d::reduce_scatter_run(comm, pol, in, out, Op{}, false); break;
+    case coll_kind::broadcast: d::broadcast_run(comm, pol, out, root, false); break;
+    case coll_kind::reduce: d::reduce_run(comm, pol, in, out, Op{}, root, false); break;
     }
 }
 
@@ -1051,9 +1060,9 @@ std::uint64_t verify(coll_kind c, bool inplace, int rank, int n, int root, std::
     return wrong;
 }
 
-//! All sizes of one collective, one type, one operator, on this rank.
-template <class Algo, class T, class Op>
-void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
+//! All sizes of one collective, one type, one operator, on this rank, under policy `pol`.
+template <class T, class Op>
+void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op, const chorus::policy& pol) {
     const options& opt = st.opt;
     const int n = comm.size();
     const int rank = comm.rank();
@@ -1088,12 +1097,12 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
             // Timing. Out-of-place inputs never change; in-place data is a fixed point of the operator.
             if (inplace) fill_value(o.region, o.region_count, pat.stable);
             else fill_from(o.in_ptr, o.in_count, pat.row(rank), 0);
-            for (int i = 0; i < opt.warmup; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
+            for (int i = 0; i < opt.warmup; ++i) call_collective<T, Op>(pol, c, comm, in, out, inplace, root);
             double best_s = 0;
             for (int rep = 0; rep < opt.reps; ++rep) { // --reps: the best of several timed loops
                 chorus::barrier(comm);
                 st.rank_times.start[std::size_t(rank)] = clock_type::now();
-                for (int i = 0; i < opt.iters; ++i) call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
+                for (int i = 0; i < opt.iters; ++i) call_collective<T, Op>(pol, c, comm, in, out, inplace, root);
                 st.rank_times.end[std::size_t(rank)] = clock_type::now();
                 chorus::barrier(comm); // every rank's times are in
                 if (rank == 0) {
@@ -1107,7 +1116,7 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
             if (opt.check) {
                 chorus::barrier(comm); // nobody refills while a peer could still be in the timed loop
                 fill_for_check(c, rank, root, count, o, pat);
-                call_collective<Algo, T, Op>(c, comm, in, out, inplace, root);
+                call_collective<T, Op>(pol, c, comm, in, out, inplace, root);
                 wrong = verify(c, inplace, rank, n, root, count, o, pat);
             }
             st.rank_wrong[std::size_t(rank)] = wrong;
@@ -1135,40 +1144,15 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op) {
     }
 }
 
-//! Every size of collective `c` for element type T and each requested
-//! operator among Ops, on freshly started ranks.
-template <class Algo, class T, class... Ops>
-void run_sweep(bench_state& st, coll_kind c) {
-    chorus::run_threads(st.opt.ranks, [&](comm_type& comm) {
-        if (coll_uses_op(c)) {
-            for (op_kind op : st.opt.ops)
-                ((op == op_kind_of<Ops>() ? bench_rows<Algo, T, Ops>(comm, st, c, op) : void()), ...);
-        } else {
-            bench_rows<Algo, T, chorus::sum>(comm, st, c, op_kind::sum);
-        }
-    });
-}
+//! bench_sweep.cpp: every size of collective `c` under policy `pol`, for
+//! element type t and each operator in --op (sum alone for the collectives
+//! without one), on freshly started ranks.
+void run_sweep(bench_state& st, coll_kind c, type_kind t, const chorus::policy& pol);
 
-//! bench_policies.cpp: every other policy, by name (float only). False
-//! when the name is not one.
-bool run_named_policy(bench_state& st, coll_kind c, type_kind t, const std::string& name);
-//! The names run_named_policy knows, comma-separated.
-const char* policy_names();
-
-//! bench_ring.cpp: the default ring<>, every type, every operator.
-void run_ring_default(bench_state& st, coll_kind c, type_kind t);
-//! One float sum call of a collective under a policy picked at run time,
+//! bench_sweep.cpp: one float sum call of a collective under policy `pol`,
 //! for the interleaved comparison (run_interleaved in chorus_bench.cpp):
-//! the address of call_collective<Algo, float, chorus::sum>, which the
-//! policy's sweep instantiates anyway (no new collective instantiation).
-using float_sum_call = void (*)(coll_kind, comm_type&, std::span<const float>, std::span<float>, bool, int);
-//! bench_policies.cpp: the call of a policy run_named_policy knows; nullptr otherwise.
-float_sum_call named_policy_call(const std::string& name);
-//! bench_ring.cpp: the call of the default ring<>.
-float_sum_call ring_default_call();
-
-//! bench_ring_grid.cpp: the other ring_grid entries, float and sum only.
-//! False when (channels, chunk_bytes) is not compiled in.
-bool run_ring_grid(bench_state& st, coll_kind c, int channels, std::size_t chunk_bytes);
+//! call_collective<float, chorus::sum>, which run_sweep instantiates anyway.
+void call_float_sum(const chorus::policy& pol, coll_kind c, comm_type& comm, std::span<const float> in,
+                    std::span<float> out, bool inplace, int root);
 
 } // namespace chorus_bench

@@ -34,9 +34,15 @@
 //!    placement one set of rank threads, and per size and repetition every
 //!    policy timed in turn, the starting one rotated, fastest repetition kept.
 //!
+//! Policies are chorus::policy values built from the command line (the
+//! values the policy types describe: chorus::policy_from_name, and
+//! ring_policy in bench.hpp) and run through the same detail::*_run
+//! functions the public calls run, so the rank program is instantiated
+//! once per (element type, operator) whatever the policies.
+//!
 //! Sources: bench.hpp (shared definitions and the rank program), this file
-//! (command line, copy ceiling, driver), bench_ring.cpp and
-//! bench_ring_grid.cpp (the collective instantiations, compiled in parallel).
+//! (command line, copy ceiling, driver), bench_sweep.cpp (the collective
+//! instantiations, compiled in parallel).
 //!
 //! Exit status: 0 all checks passed, 1 a wrong value or a chorus error,
 //! 2 bad command line.
@@ -75,8 +81,8 @@ void print_usage(std::FILE* to, const char* argv0) {
                  "                            and repetition every listed policy but deterministic in\n"
                  "                            turn on the same threads, fastest of --reps) and a summary\n"
                  "                            of automatic against the best fixed policy\n"
-                 "      --channels K          ring channels: 1, 2 or 4 (default 1)\n"
-                 "      --chunk-bytes SIZE    ring chunk: 64K, 256K or 1M (default 256K)\n"
+                 "      --channels K          ring channels, 1..32 (default 1)\n"
+                 "      --chunk-bytes SIZE    ring chunk, at least 16 (default 256K)\n"
                  "      --collectives LIST    all_reduce,all_gather,reduce_scatter,broadcast,reduce or all (default all)\n"
                  "      --place out|in|both   out-of-place, in-place or both columns (default both)\n"
                  "      --inplace             same as --place in\n"
@@ -108,6 +114,24 @@ std::vector<Kind> parse_list(std::string_view s, std::string_view flag, const Ki
         if (!found) throw usage_error{cat(flag, ": unknown value '", item, "'")};
     }
     return out;
+}
+
+//! The names -a/--algo knows, comma-separated, in the order of --algo all.
+std::string policy_names() {
+    std::string names;
+    for (const char* name : chorus::policy_names) names.append(cat(names.empty() ? "" : ",", name));
+    return names;
+}
+
+//! The policy value of -a name `name`: ring with --channels and
+//! --chunk-bytes, the others with their default tuning (the values the
+//! policy types describe: chorus::policy_from_name). False if none.
+bool policy_for(std::string_view name, const options& o, chorus::policy& out) {
+    if (name == "ring") {
+        out = ring_policy(o.channels, o.chunk_bytes);
+        return true;
+    }
+    return chorus::policy_from_name(name, out);
 }
 
 std::string quote_arg(std::string_view a) {
@@ -215,8 +239,7 @@ options parse_options(int argc, char** argv) {
         else if (name == "algo") {
             o.algos.clear();
             if (value == "all") {
-                o.algos = {"ring", "direct", "tree", "recursive_doubling", "rabenseifner", "two_shot", "hierarchical",
-                           "automatic", "deterministic"};
+                for (const char* name : chorus::policy_names) o.algos.emplace_back(name);
             } else {
                 for (std::string_view a : split_list(value)) o.algos.emplace_back(a);
             }
@@ -251,31 +274,19 @@ options parse_options(int argc, char** argv) {
         throw usage_error{cat("--root ", std::to_string(o.root), " is not a rank of ", std::to_string(o.ranks))};
     if (o.algos.empty()) throw usage_error{"--algo: empty list"};
     for (const std::string& a : o.algos) {
-        const std::string known = cat("ring,", policy_names());
-        if (a != "ring" && (cat(",", policy_names(), ",").find(cat(",", a, ",")) == std::string::npos))
-            throw usage_error{cat("--algo: unknown algorithm '", a, "' (available: ", known, ", all)")};
-        if (a != "ring" && o.types != std::vector<type_kind>{type_kind::float32})
-            throw usage_error{cat("--algo ", a, " is compiled for -d float only (ring has every type)")};
+        chorus::policy unused;
+        if (!policy_for(a, o, unused))
+            throw usage_error{cat("--algo: unknown algorithm '", a, "' (available: ", policy_names(), ", all)")};
     }
     const bool only_ring = o.algos == std::vector<std::string>{"ring"};
     if (!only_ring && !(ring_choice{o.channels, o.chunk_bytes} == ring_default))
         throw usage_error{"--channels and --chunk-bytes tune ring only: use them with --algo ring"};
-    const ring_choice chosen{o.channels, o.chunk_bytes};
-    if (!(chosen == ring_default)) {
-        bool known = false;
-        std::string list;
-        for (const ring_choice& c : ring_grid) {
-            known = known || c == chosen;
-            list.append(cat(" ", std::to_string(c.channels), "x", std::to_string(c.chunk_bytes >> 10), "K"));
-        }
-        if (!known)
-            throw usage_error{cat("ring with --channels ", std::to_string(o.channels), " --chunk-bytes ",
-                                  std::to_string(o.chunk_bytes), " is not compiled in; channels x chunk available:", list)};
-        if (o.types != std::vector<type_kind>{type_kind::float32} || o.ops != std::vector<op_kind>{op_kind::sum})
-            throw usage_error{cat("non-default ring tunings are compiled for -d float -o sum only (the default, --channels ",
-                                  std::to_string(ring_default.channels), " --chunk-bytes ",
-                                  std::to_string(ring_default.chunk_bytes), ", has every type and operator)")};
-    }
+    // Any tuning runs (a policy is a value): only what ring<> itself refuses is refused.
+    if (o.channels < 1 || o.channels > chorus::max_channels)
+        throw usage_error{cat("--channels must be 1..", std::to_string(chorus::max_channels), ", got ",
+                              std::to_string(o.channels))};
+    if (o.chunk_bytes < 16)
+        throw usage_error{cat("--chunk-bytes must be at least 16, got ", std::to_string(o.chunk_bytes))};
     return o;
 }
 
@@ -316,10 +327,10 @@ double measure_copy(copy_kind kind, std::vector<rank_buffers>& bufs, std::size_t
 //! kept. Then, with --check, one checked call per policy on fresh
 //! verifiable data. Rank 0 hands each size's row to the reporter.
 void run_interleaved(bench_state& st, coll_kind c, int place, const std::vector<std::string>& names,
-                     const std::vector<float_sum_call>& calls, int reps) {
+                     const std::vector<chorus::policy>& policies, int reps) {
     const options& opt = st.opt;
     const bool inplace = place == 1;
-    const std::size_t np = calls.size();
+    const std::size_t np = policies.size();
     chorus::run_threads(opt.ranks, [&](comm_type& comm) {
         const int n = comm.size();
         const int rank = comm.rank();
@@ -356,10 +367,10 @@ void run_interleaved(bench_state& st, coll_kind c, int place, const std::vector<
             for (int rep = 0; rep < reps; ++rep, ++turn) {
                 for (std::size_t k = 0; k < np; ++k) {
                     const std::size_t p = (turn + k) % np;
-                    for (int i = 0; i < opt.warmup; ++i) calls[p](c, comm, in, out, inplace, root);
+                    for (int i = 0; i < opt.warmup; ++i) call_float_sum(policies[p], c, comm, in, out, inplace, root);
                     chorus::barrier(comm);
                     st.rank_times.start[me] = clock_type::now();
-                    for (int i = 0; i < opt.iters; ++i) calls[p](c, comm, in, out, inplace, root);
+                    for (int i = 0; i < opt.iters; ++i) call_float_sum(policies[p], c, comm, in, out, inplace, root);
                     st.rank_times.end[me] = clock_type::now();
                     chorus::barrier(comm); // every rank's times are in
                     if (rank == 0) {
@@ -374,7 +385,7 @@ void run_interleaved(bench_state& st, coll_kind c, int place, const std::vector<
                 for (std::size_t p = 0; p < np; ++p) {
                     chorus::barrier(comm); // nobody refills while a peer could still read its buffers
                     fill_for_check(c, rank, root, count, o, pat);
-                    calls[p](c, comm, in, out, inplace, root);
+                    call_float_sum(policies[p], c, comm, in, out, inplace, root);
                     st.rank_wrong[me] = verify(c, inplace, rank, n, root, count, o, pat);
                     chorus::barrier(comm);
                     if (rank == 0)
@@ -417,15 +428,15 @@ int run(const options& opt) {
     // The interleaved comparison: automatic and the fixed policies listed
     // (deterministic is measured in its tables but not compared).
     std::vector<std::string> cmp_names;
-    std::vector<float_sum_call> cmp_calls;
+    std::vector<chorus::policy> cmp_policies;
     bool have_auto = false;
     for (const std::string& a : opt.algos) {
         if (a == "deterministic" || std::find(cmp_names.begin(), cmp_names.end(), a) != cmp_names.end()) continue;
-        const float_sum_call call = a == "ring" ? ring_default_call() : named_policy_call(a);
-        if (call == nullptr) std::abort(); // parse_options() checked
+        chorus::policy pol;
+        if (!policy_for(a, opt, pol)) std::abort(); // parse_options() checked
         have_auto = have_auto || a == "automatic";
         cmp_names.push_back(a);
-        cmp_calls.push_back(call);
+        cmp_policies.push_back(pol);
     }
     const bool interleave = have_auto && cmp_names.size() >= 2;
     const int cmp_reps = opt.reps_given ? opt.reps : 3;
@@ -439,28 +450,21 @@ int run(const options& opt) {
         std::fflush(stdout);
     }
 
-    const bool default_ring = ring_choice{opt.channels, opt.chunk_bytes} == ring_default;
     int missed = 0;
     for (coll_kind c : opt.colls) {
         for (const std::string& algo : opt.algos) {
+            chorus::policy pol;
+            if (!policy_for(algo, opt, pol)) std::abort(); // parse_options() checked
             rep.set_algo(algo);
             rep.table_header(c);
-            for (type_kind t : opt.types) {
-                if (algo != "ring") {
-                    if (!run_named_policy(st, c, t, algo)) std::abort(); // parse_options() checked
-                } else if (default_ring) {
-                    run_ring_default(st, c, t);
-                } else if (!run_ring_grid(st, c, opt.channels, opt.chunk_bytes)) {
-                    std::abort(); // parse_options() checked
-                }
-            }
+            for (type_kind t : opt.types) run_sweep(st, c, t, pol);
             rep.table_footer();
         }
         if (interleave) {
             for (int place = 0; place < 2; ++place) {
                 if (place == 1 ? !opt.in_place : !opt.out_of_place) continue;
                 if (place == 0 && !coll_has_out_of_place(c)) continue;
-                run_interleaved(st, c, place, cmp_names, cmp_calls, cmp_reps);
+                run_interleaved(st, c, place, cmp_names, cmp_policies, cmp_reps);
             }
             missed += rep.selection_summary(c);
         }

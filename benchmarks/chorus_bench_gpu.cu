@@ -29,13 +29,19 @@
 //!    definition); AllGather and ReduceScatter: S = the total (n blocks),
 //!    count = elements per rank, as in chorus_bench.
 //!
-//! Algorithms: ring, direct and hierarchical with the compiled-in tunings
-//! (--channels, --chunk) and both element types; tree, recursive_doubling,
-//! rabenseifner, two_shot and automatic with their default tunings and
-//! float only (few kernels to compile). An automatic table adds a column
-//! with the algorithm automatic::choose picked for the row, computed from
-//! the schedule arguments launch() builds (the topology make_communicators
-//! plans against: the CHORUS_MODEL file, else
+//! Policies: every algorithm (ring, direct, hierarchical = hierarchical<
+//! ring<P>, ring<P>>, tree, recursive_doubling, rabenseifner, two_shot)
+//! with every tuning P of --channels x --chunk, deterministic =
+//! deterministic<ring<P>>, and automatic (its own choices; the tuning does
+//! not apply), for both element types. Policies are values (chorus::policy)
+//! chosen at run time: the calls go through chorus::detail::*_run (what
+//! chorus::all_reduce<Algo>(..., stream) runs with policy_of<Algo>), so the
+//! whole program has four collective kernels, (float | bfloat16) x (sum |
+//! the copy-only operator), whatever it measures. A table of automatic or
+//! deterministic adds a column with the algorithm that ran for the row:
+//! automatic::choose (automatic) or the schedule make_schedule plans
+//! (deterministic), from the schedule arguments launch() builds (the
+//! topology make_communicators plans against: the CHORUS_MODEL file, else
 //! model::gpu_cluster_topology(node size); the scratch allocated).
 //!
 //! Without a CUDA device: prints "CHORUS_SKIP: no CUDA device", exits 77.
@@ -86,10 +92,21 @@ using chorus_bench::to_collective;
 enum class type_kind { float32, bf16 };
 constexpr const char* type_name(type_kind t) { return t == type_kind::float32 ? "float" : "bf16"; }
 
-enum class algo_kind { ring, direct, hierarchical, tree, recursive_doubling, rabenseifner, two_shot, automatic };
-constexpr algo_kind all_algo_kinds[] = {algo_kind::ring,         algo_kind::direct,   algo_kind::hierarchical,
-                                        algo_kind::tree,         algo_kind::recursive_doubling,
-                                        algo_kind::rabenseifner, algo_kind::two_shot, algo_kind::automatic};
+enum class algo_kind {
+    ring,
+    direct,
+    hierarchical,
+    tree,
+    recursive_doubling,
+    rabenseifner,
+    two_shot,
+    automatic,
+    deterministic
+};
+constexpr algo_kind all_algo_kinds[] = {algo_kind::ring,          algo_kind::direct,   algo_kind::hierarchical,
+                                        algo_kind::tree,          algo_kind::recursive_doubling,
+                                        algo_kind::rabenseifner,  algo_kind::two_shot, algo_kind::automatic,
+                                        algo_kind::deterministic};
 constexpr const char* algo_name(algo_kind a) {
     switch (a) {
     case algo_kind::ring: return "ring";
@@ -100,14 +117,43 @@ constexpr const char* algo_name(algo_kind a) {
     case algo_kind::rabenseifner: return "rabenseifner";
     case algo_kind::two_shot: return "two_shot";
     case algo_kind::automatic: return "automatic";
+    case algo_kind::deterministic: return "deterministic";
     }
     return "?";
 }
-//! The algorithms compiled in with their default tuning and float only
-//! (--channels, --chunk and bf16 do not apply to them).
-constexpr bool fixed_tuning(algo_kind a) {
-    return a != algo_kind::ring && a != algo_kind::direct && a != algo_kind::hierarchical;
+//! automatic chooses its algorithms with their default tunings: --channels
+//! and --chunk do not apply (one table per collective and type).
+constexpr bool takes_tuning(algo_kind a) { return a != algo_kind::automatic; }
+
+//! The policy `--algo a` names with tuning `t` (see the file comment).
+constexpr chorus::policy policy_for(algo_kind a, chorus::tuning t) {
+    using chorus::algorithm;
+    using chorus::policy;
+    switch (a) {
+    case algo_kind::ring: return policy::fixed(algorithm::ring, t);
+    case algo_kind::direct: return policy::fixed(algorithm::direct, t);
+    case algo_kind::hierarchical: return policy::hierarchical(algorithm::ring, t, algorithm::ring, t);
+    case algo_kind::tree: return policy::fixed(algorithm::tree, t);
+    case algo_kind::recursive_doubling: return policy::fixed(algorithm::recursive_doubling, t);
+    case algo_kind::rabenseifner: return policy::fixed(algorithm::rabenseifner, t);
+    case algo_kind::two_shot: return policy::fixed(algorithm::two_shot, t);
+    case algo_kind::automatic: return policy::automatic();
+    case algo_kind::deterministic: return policy::fixed(algorithm::ring, t).deterministic_of();
+    }
+    return policy::automatic();
 }
+// The names mean what the policy types say.
+static_assert(policy_for(algo_kind::ring, {8, 256 << 10}) ==
+              chorus::policy_of<chorus::ring<chorus::ring_params{8, 256 << 10}>>);
+static_assert(policy_for(algo_kind::hierarchical, {16, 1 << 20}) ==
+              chorus::policy_of<chorus::hierarchical<chorus::ring<chorus::ring_params{16, 1 << 20}>,
+                                                     chorus::ring<chorus::ring_params{16, 1 << 20}>>>);
+static_assert(policy_for(algo_kind::two_shot, {4, 64 << 10}) ==
+              chorus::policy_of<chorus::two_shot<chorus::recursive_params{4, 64 << 10}>>);
+static_assert(policy_for(algo_kind::deterministic, {2, 64 << 10}) ==
+              chorus::policy_of<chorus::deterministic<chorus::ring<chorus::ring_params{2, 64 << 10}>>>);
+static_assert(policy_for(algo_kind::automatic, {8, 1 << 20}) == chorus::policy_of<chorus::automatic>);
+
 //! Why algorithm `a` has no table of its own for collective `c` (it runs
 //! another policy's schedule there), or nullptr.
 constexpr const char* not_measured(algo_kind a, coll_kind c) {
@@ -123,17 +169,13 @@ constexpr const char* not_measured(algo_kind a, coll_kind c) {
         return c == coll_kind::all_gather || c == coll_kind::reduce_scatter
                    ? "tree<> runs ring<>'s schedule for all_gather and reduce_scatter; see --algo ring"
                    : nullptr;
+    case algo_kind::deterministic:
+        return c == coll_kind::all_gather || c == coll_kind::broadcast
+                   ? "deterministic<ring<>> runs ring<>'s schedule for all_gather and broadcast; see --algo ring"
+                   : "deterministic<> runs direct<>'s schedule for reduce_scatter and reduce; see --algo direct";
     default: return nullptr;
     }
 }
-
-//! The tunings compiled in (template arguments): every algorithm with every
-//! channels x chunk_bytes pair of these sets. The kernels are templates of
-//! the schedule type, not of the tuning, so a tuning costs host code only.
-constexpr int channel_set[] = {1, 2, 4, 8, 16, 32};
-constexpr std::size_t chunk_set[] = {std::size_t(64) << 10, std::size_t(256) << 10, std::size_t(1) << 20};
-constexpr std::size_t n_channel_set = std::size(channel_set);
-constexpr std::size_t n_chunk_set = std::size(chunk_set);
 
 // ---------------------------------------------------------------------------
 // Options
@@ -179,18 +221,20 @@ void print_usage(std::FILE* to, const char* argv0) {
                  "  -r, --root N               root of broadcast and reduce (default 0)\n"
                  "      --collectives LIST     all_reduce,all_gather,reduce_scatter,broadcast,reduce or all (default all)\n"
                  "  -a, --algo LIST            ring,direct,hierarchical,tree,recursive_doubling,rabenseifner,\n"
-                 "                             two_shot,automatic (default ring);\n"
-                 "                             hierarchical = hierarchical<ring<P>, ring<P>> with the same P,\n"
-                 "                             all_reduce only (other collectives run ring<P>'s schedule);\n"
-                 "                             tree, recursive_doubling, rabenseifner, two_shot and automatic run\n"
-                 "                             their DEFAULT tuning (--channels/--chunk do not apply) and float only;\n"
-                 "                             recursive_doubling, rabenseifner and two_shot all_reduce only, tree\n"
-                 "                             all_reduce, broadcast and reduce (elsewhere they run direct<>'s or\n"
-                 "                             ring<>'s schedule); automatic every collective, with a column naming\n"
-                 "                             the algorithm it chose for each row (automatic::choose)\n"
-                 "      --channels LIST        channels (thread blocks of 512 threads per rank), each one of\n"
-                 "                             1,2,4,8,16,32 (compiled-in set; default 8)\n"
-                 "      --chunk LIST           chunk_bytes, each one of 64K,256K,1M (compiled-in set; default 256K)\n"
+                 "                             two_shot,automatic,deterministic or all (default ring); each with\n"
+                 "                             every tuning P of --channels x --chunk but automatic, which chooses\n"
+                 "                             with default tunings (one table per collective);\n"
+                 "                             hierarchical = hierarchical<ring<P>, ring<P>>, all_reduce only (other\n"
+                 "                             collectives run ring<P>'s schedule); deterministic =\n"
+                 "                             deterministic<ring<P>>, all_reduce only (direct<P>'s or ring<P>'s\n"
+                 "                             schedule elsewhere); recursive_doubling, rabenseifner and two_shot\n"
+                 "                             all_reduce only, tree all_reduce, broadcast and reduce (elsewhere\n"
+                 "                             they run direct<P>'s or ring<P>'s schedule); automatic every\n"
+                 "                             collective; automatic and deterministic tables have a column naming\n"
+                 "                             the algorithm that ran for each row\n"
+                 "      --channels LIST        channels (thread blocks of 512 threads per rank), each 1..32\n"
+                 "                             (default 8)\n"
+                 "      --chunk LIST           chunk_bytes, each at least 16; suffixes K M G (default 256K)\n"
                  "      --ranks-per-node N     node size for hierarchical (default: ranks/2 when that splits the\n"
                  "                             ranks into two nodes, else CHORUS_RANKS_PER_NODE)\n"
                  "      --timeout-ms N         chorus wait deadline per collective (default 20000)\n"
@@ -266,6 +310,10 @@ options parse_args(int argc, char** argv) {
         } else if (is("-a", "--algo")) {
             o.algos.clear();
             for (auto a : split_list(need())) {
+                if (a == "all") {
+                    o.algos.assign(std::begin(all_algo_kinds), std::end(all_algo_kinds));
+                    continue;
+                }
                 bool found = false;
                 for (algo_kind k : all_algo_kinds)
                     if (a == algo_name(k)) {
@@ -275,24 +323,16 @@ options parse_args(int argc, char** argv) {
                 if (!found)
                     throw usage_error{std::string(arg) + ": unknown algorithm '" + std::string(a) +
                                       "' (ring, direct, hierarchical, tree, recursive_doubling, rabenseifner, "
-                                      "two_shot, automatic)"};
+                                      "two_shot, automatic, deterministic, all)"};
             }
         } else if (is("", "--channels")) {
             o.channels.clear();
-            for (auto c : split_list(need())) {
-                const int v = int(parse_int(c, arg, 1, chorus::max_channels));
-                if (std::find(std::begin(channel_set), std::end(channel_set), v) == std::end(channel_set))
-                    throw usage_error{std::string(arg) + ": " + std::string(c) +
-                                      " is not compiled in; use one of 1,2,4,8,16,32"};
-                o.channels.push_back(v);
-            }
+            for (auto c : split_list(need())) o.channels.push_back(int(parse_int(c, arg, 1, chorus::max_channels)));
         } else if (is("", "--chunk") || arg == "--chunk-bytes") {
             o.chunks.clear();
             for (auto c : split_list(need())) {
                 const std::size_t v = parse_bytes(c, arg);
-                if (std::find(std::begin(chunk_set), std::end(chunk_set), v) == std::end(chunk_set))
-                    throw usage_error{std::string(arg) + ": " + std::string(c) +
-                                      " is not compiled in; use one of 64K,256K,1M"};
+                if (v < 16) throw usage_error{std::string(arg) + ": " + std::string(c) + " is below 16 bytes"};
                 o.chunks.push_back(v);
             }
         } else {
@@ -500,13 +540,24 @@ std::string automatic_choice(coll_kind c, int n, int root, u64 count, std::size_
     return same ? std::string(chorus::model::algorithm_name(first)) : "mixed:" + all;
 }
 
+//! The algorithm deterministic<> runs for this call on rank 0 (direct or two_shot for the reductions).
+std::string deterministic_choice(const chorus::policy& pol, coll_kind c, int n, int root, u64 count, std::size_t elem,
+                                 int node_size, const plan_ctx& pc) {
+    switch (chorus::make_schedule(pol, args_for(c, 0, n, root, count, elem, node_size, pc)).kind) {
+    case chorus::schedule_kind::ring: return "ring";
+    case chorus::schedule_kind::direct: return "direct";
+    case chorus::schedule_kind::two_shot: return "two_shot";
+    default: return "other";
+    }
+}
+
 //! Bytes every rank's schedule reads and writes for one collective.
-template <class Algo>
-double schedule_traffic(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size,
-                        const plan_ctx& pc) {
+double schedule_traffic(const chorus::policy& pol, coll_kind c, int n, int root, u64 count, std::size_t elem,
+                        int node_size, const plan_ctx& pc) {
     double total = 0;
     for (int r = 0; r < n; ++r) {
-        const auto sch = Algo::make_schedule(args_for(c, r, n, root, count, elem, node_size, pc));
+        const chorus::any_schedule sch =
+            chorus::make_schedule(pol, args_for(c, r, n, root, count, elem, node_size, pc));
         const u64 units = sch.units();
         for (int ch = 0; ch < sch.channels(); ++ch) {
             for (u64 p = 0; p < units; ++p) {
@@ -523,64 +574,45 @@ double schedule_traffic(coll_kind c, int n, int root, u64 count, std::size_t ele
     return total;
 }
 
-template <class Algo>
-std::size_t scratch_needed(coll_kind c, int n, int root, u64 count, std::size_t elem, int node_size,
-                           const plan_ctx& pc) {
+std::size_t scratch_needed(const chorus::policy& pol, coll_kind c, int n, int root, u64 count, std::size_t elem,
+                           int node_size, const plan_ctx& pc) {
     std::size_t most = 0;
     for (int r = 0; r < n; ++r) {
-        const auto sch = Algo::make_schedule(args_for(c, r, n, root, count, elem, node_size, pc));
+        const chorus::any_schedule sch =
+            chorus::make_schedule(pol, args_for(c, r, n, root, count, elem, node_size, pc));
         most = std::max<std::size_t>(most, std::size_t(sch.scratch_elems()) * elem);
     }
     return most;
 }
 
-//! The collectives other than AllReduce.
-template <class Algo, class T>
-void issue_other(coll_kind c, chorus::gpu::communicator& comm, const T* in, T* out, u64 count, int n, int root,
-                 cudaStream_t s) {
+//! One call of collective `c` with policy `pol` by one rank on its stream:
+//! what chorus::all_reduce<Algo>(..., stream) etc. run with policy_of<Algo>
+//! (chorus::detail::*_run inside a gpu_stream_scope).
+template <class T>
+void issue(const chorus::policy& pol, coll_kind c, chorus::gpu::communicator& comm, const T* in, T* out, u64 count,
+           int n, int root, cudaStream_t s) {
+    namespace cd = chorus::detail;
+    cd::gpu_stream_scope scope(comm, s);
     switch (c) {
-    case coll_kind::all_reduce: break;
+    case coll_kind::all_reduce:
+        (void)cd::all_reduce_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count), chorus::sum{},
+                                 false);
+        break;
     case coll_kind::all_gather:
-        chorus::all_gather<Algo>(comm, std::span<const T>(in, count), std::span<T>(out, count * u64(n)), s);
+        (void)cd::all_gather_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count * u64(n)), false);
         break;
     case coll_kind::reduce_scatter:
-        chorus::reduce_scatter<Algo>(comm, std::span<const T>(in, count * u64(n)), std::span<T>(out, count),
-                                     chorus::sum{}, s);
+        (void)cd::reduce_scatter_run(comm, pol, std::span<const T>(in, count * u64(n)), std::span<T>(out, count),
+                                     chorus::sum{}, false);
         break;
-    case coll_kind::broadcast: chorus::broadcast<Algo>(comm, std::span<T>(out, count), root, s); break;
+    case coll_kind::broadcast: (void)cd::broadcast_run(comm, pol, std::span<T>(out, count), root, false); break;
     case coll_kind::reduce:
-        chorus::reduce<Algo>(comm, std::span<const T>(in, count), std::span<T>(out, count), chorus::sum{}, root, s);
+        (void)cd::reduce_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count), chorus::sum{}, root,
+                             false);
         break;
     }
 }
 
-//! hierarchical<> differs from its Intra policy only for AllReduce (the
-//! other collectives run Intra's schedule over all ranks), and
-//! recursive_doubling<>, rabenseifner<> and two_shot<> from direct<> only
-//! for AllReduce, so they are compiled for AllReduce only: that keeps the
-//! instantiations (and the build time) down.
-template <class Algo>
-using schedule_of = decltype(Algo::make_schedule(chorus::schedule_args{}));
-template <class Algo>
-constexpr bool all_reduce_only =
-    chorus::detail::hierarchical_policy<Algo> ||
-    std::is_same_v<schedule_of<Algo>, chorus::alt_schedule<chorus::recursive_doubling_schedule, chorus::direct_schedule>> ||
-    std::is_same_v<schedule_of<Algo>, chorus::alt_schedule<chorus::rabenseifner_schedule, chorus::direct_schedule>> ||
-    std::is_same_v<schedule_of<Algo>, chorus::alt_schedule<chorus::two_shot_schedule, chorus::direct_schedule>>;
-
-template <class Algo>
-constexpr bool is_automatic = std::is_same_v<Algo, chorus::automatic>;
-
-//! One call of collective `c` by one rank on its stream.
-template <class Algo, class T>
-void issue(coll_kind c, chorus::gpu::communicator& comm, const T* in, T* out, u64 count, int n, int root,
-           cudaStream_t s) {
-    if (c == coll_kind::all_reduce) {
-        chorus::all_reduce<Algo>(comm, std::span<const T>(in, count), std::span<T>(out, count), chorus::sum{}, s);
-        return;
-    }
-    if constexpr (!all_reduce_only<Algo>) issue_other<Algo, T>(c, comm, in, out, count, n, root, s);
-}
 void sync_all(bench& B) {
     for (int r = 0; r < B.n(); ++r) {
         cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
@@ -604,8 +636,8 @@ void launch_count(const rank_state& rs, const T* p, u64 count, const expect_spec
 
 //! One call on fresh verifiable inputs; returns the wrong elements over all
 //! ranks (results, guards, out-of-place inputs).
-template <class Algo, class T>
-u64 check_once(bench& B, coll_kind c, u64 count, int root) {
+template <class T>
+u64 check_once(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int root) {
     const int n = B.n();
     const int m = pattern_mod(n);
     const u64 in_count = c == coll_kind::reduce_scatter ? count * u64(n) : count;
@@ -632,8 +664,8 @@ u64 check_once(bench& B, coll_kind c, u64 count, int root) {
     for (int r = 0; r < n; ++r) {
         rank_state& rs = B.ranks[std::size_t(r)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-        issue<Algo, T>(c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out), count, n,
-                       root, rs.stream);
+        issue<T>(pol, c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out), count, n,
+                 root, rs.stream);
     }
     for (int r = 0; r < n; ++r) {
         const rank_state& rs = B.ranks[std::size_t(r)];
@@ -685,14 +717,14 @@ u64 check_once(bench& B, coll_kind c, u64 count, int root) {
 
 //! Seconds for `iters` calls of every rank: one graph per rank (captured
 //! once, launched once untimed, once timed) or eager launches.
-template <class Algo, class T>
-double time_calls(bench& B, coll_kind c, u64 count, int root) {
+template <class T>
+double time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int root) {
     const int n = B.n();
     const int iters = B.opt.iters;
     auto issue_rank = [&](int r) {
         rank_state& rs = B.ranks[std::size_t(r)];
-        issue<Algo, T>(c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out), count, n,
-                       root, rs.stream);
+        issue<T>(pol, c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out), count, n,
+                 root, rs.stream);
     };
     if (!B.opt.graph) {
         const auto t0 = clock_type::now();
@@ -743,43 +775,37 @@ double time_calls(bench& B, coll_kind c, u64 count, int root) {
     return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
 
-//! Blocks the kernel of this (T, Op, schedule) can keep resident on `dev`
-//! at once: all ranks on one device must be resident together (they wait
-//! for each other), else they time out.
-template <class Algo, class T>
+//! Blocks the kernel of this (T, Op) can keep resident on `dev` at once:
+//! all ranks on one device must be resident together (they wait for each
+//! other), else they time out.
+template <class T>
 long long resident_blocks(coll_kind c, int dev) {
-    using S = decltype(Algo::make_schedule(chorus::schedule_args{}));
     int per_sm = 0;
-    cudaError_t e;
-    if (coll_uses_op(c))
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chorus::detail::collective_kernel<T, chorus::sum, S>,
-                                                          chorus::detail::collective_block_threads, 0);
-    else if constexpr (!all_reduce_only<Algo>)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-            &per_sm, chorus::detail::collective_kernel<T, chorus::detail::copy_only, S>,
-            chorus::detail::collective_block_threads, 0);
-    else
-        e = cudaErrorInvalidValue; // not reached: such tables are not run
+    const cudaError_t e =
+        coll_uses_op(c)
+            ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chorus::detail::collective_kernel<T, chorus::sum>,
+                                                            chorus::detail::collective_block_threads, 0)
+            : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                  &per_sm, chorus::detail::collective_kernel<T, chorus::detail::copy_only>,
+                  chorus::detail::collective_block_threads, 0);
     cuda_ok(e, "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
     int sms = 0;
     cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
     return (long long)per_sm * sms;
 }
 
-template <class Algo>
-std::string algo_label(algo_kind a, int node_size) {
-    const int ch = Algo::params.channels;
-    const std::string p = "<channels=" + std::to_string(ch) + ",chunk=" + human_bytes(Algo::params.chunk_bytes) + ">";
+std::string algo_label(algo_kind a, const chorus::policy& pol, int node_size) {
+    const std::string p = "<channels=" + std::to_string(pol.tune.channels) + ",chunk=" +
+                          human_bytes(std::size_t(pol.tune.chunk_bytes)) + ">";
     switch (a) {
-    case algo_kind::ring: return "ring" + p;
-    case algo_kind::direct: return "direct" + p;
     case algo_kind::hierarchical:
         return "hierarchical<ring" + p + ",ring" + p + ">(ranks_per_node=" + std::to_string(node_size) + ")";
     case algo_kind::automatic:
         return "automatic(default tunings; column 'chosen': its pick per row" +
                (node_size ? ", ranks_per_node=" + std::to_string(node_size) : std::string()) + ")";
-    default: return std::string(algo_name(a)) + "<>(default: channels=" + std::to_string(ch) + ",chunk=" +
-                    human_bytes(Algo::params.chunk_bytes) + ")";
+    case algo_kind::deterministic:
+        return "deterministic<ring" + p + ">(column 'chosen': the schedule per row)";
+    default: return algo_name(a) + p;
     }
 }
 
@@ -792,25 +818,27 @@ void print_table_header(const std::string& title, bool chosen) {
     std::fflush(stdout);
 }
 
-//! Every size of one collective for one algorithm tuning and element type.
-template <class Algo, class T>
-void run_table(bench& B, algo_kind ak, type_kind tk, coll_kind c) {
+//! Every size of one collective for one policy (algorithm `ak`) and element type.
+template <class T>
+void run_table(bench& B, algo_kind ak, const chorus::policy& pol, type_kind tk, coll_kind c) {
     const int n = B.n();
     const int root = coll_uses_root(c) ? B.opt.root : -1;
     const int call_root = root < 0 ? 0 : root;
-    const std::string algo = algo_label<Algo>(ak, B.node_size);
+    const std::string algo = algo_label(ak, pol, B.node_size);
+    const bool chooses = ak == algo_kind::automatic || ak == algo_kind::deterministic; // a 'chosen' column
     table_summary sum;
     sum.label = std::string(coll_name(c)) + " " + type_name(tk) + " " + algo + " ranks=" + std::to_string(n) +
                 " devices=" + std::to_string(B.distinct_devices.size());
-    print_table_header(sum.label, is_automatic<Algo>);
+    print_table_header(sum.label, chooses);
 
     // All ranks of a device must be resident at once.
     {
-        const auto sch = Algo::make_schedule(args_for(c, 0, n, call_root, 1, sizeof(T), B.node_size, B.ctx()));
+        const chorus::any_schedule sch =
+            chorus::make_schedule(pol, args_for(c, 0, n, call_root, 1, sizeof(T), B.node_size, B.ctx()));
         for (int d : B.distinct_devices) {
             const long long on_dev = std::count(B.devices.begin(), B.devices.end(), d);
             cuda_ok(cudaSetDevice(d), "cudaSetDevice");
-            const long long avail = resident_blocks<Algo, T>(c, d);
+            const long long avail = resident_blocks<T>(c, d);
             const long long need = on_dev * sch.channels();
             if (need > avail) {
                 sum.skipped = true;
@@ -837,32 +865,36 @@ void run_table(bench& B, algo_kind ak, type_kind tk, coll_kind c) {
             for (int r = 0; r < n; ++r) {
                 rank_state& rs = B.ranks[std::size_t(r)];
                 cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-                issue<Algo, T>(c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out),
-                               count, n, call_root, rs.stream);
+                issue<T>(pol, c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out),
+                         count, n, call_root, rs.stream);
             }
         sync_all(B);
-        if (B.opt.check) row.wrong = check_once<Algo, T>(B, c, count, call_root);
-        const double secs = time_calls<Algo, T>(B, c, count, call_root);
+        if (B.opt.check) row.wrong = check_once<T>(B, pol, c, count, call_root);
+        const double secs = time_calls<T>(B, pol, c, count, call_root);
 
         row.time_us = secs * 1e6 / B.opt.iters;
         row.algbw = double(row.bytes) / (row.time_us * 1e-6) / 1e9;
         row.busbw = row.algbw * bus_factor(c, n);
-        row.moved_bytes = schedule_traffic<Algo>(c, n, call_root, count, sizeof(T), B.node_size, B.ctx());
-        const std::string chosen = is_automatic<Algo>
-                                       ? automatic_choice(c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
-                                       : std::string(algo_name(ak));
+        row.moved_bytes = schedule_traffic(pol, c, n, call_root, count, sizeof(T), B.node_size, B.ctx());
+        const std::string chosen =
+            ak == algo_kind::automatic
+                ? automatic_choice(c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
+            : ak == algo_kind::deterministic
+                ? deterministic_choice(pol, c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
+                : std::string(algo_name(ak));
         row.moved_gbps = row.moved_bytes / (row.time_us * 1e-6) / 1e9;
         row.copy_ratio = B.copy_gbps > 0 ? row.moved_gbps / B.copy_gbps : 0;
 
         std::printf(" %14zu %11zu %6s %6s %5d %11.2f %9.2f %9.2f %7" PRIu64 " %10.1f %7.3f%s%s\n", row.bytes,
                     row.count, type_name(tk), redop, root, row.time_us, row.algbw, row.busbw, row.wrong,
-                    row.moved_gbps, row.copy_ratio, is_automatic<Algo> ? "  " : "",
-                    is_automatic<Algo> ? chosen.c_str() : "");
+                    row.moved_gbps, row.copy_ratio, chooses ? "  " : "", chooses ? chosen.c_str() : "");
         std::fflush(stdout);
         if (B.csv) {
-            std::fprintf(B.csv, "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64 ",%s\n",
-                         coll_name(c), type_name(tk), algo_name(ak), int(Algo::params.channels),
-                         std::size_t(Algo::params.chunk_bytes), n, B.distinct_devices.size(), B.node_size,
+            std::fprintf(B.csv,
+                         "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64
+                         ",%s\n",
+                         coll_name(c), type_name(tk), algo_name(ak), pol.tune.channels,
+                         std::size_t(pol.tune.chunk_bytes), n, B.distinct_devices.size(), B.node_size,
                          int(B.opt.graph), B.opt.iters, B.opt.warmup, row.bytes, row.count, row.time_us, row.algbw,
                          row.busbw, row.moved_bytes, row.moved_gbps, B.copy_gbps, row.copy_ratio, row.wrong,
                          chosen.c_str());
@@ -905,55 +937,12 @@ void print_summary(const table_summary& s) {
                 s.worst_time_us, s.wrong);
 }
 
-// ---------------------------------------------------------------------------
-// Runtime choices -> compile-time types
-// ---------------------------------------------------------------------------
-
-template <int C, std::size_t K, class F>
-void call_algo(algo_kind a, F& f) {
-    switch (a) {
-    case algo_kind::ring: f(std::type_identity<chorus::ring<chorus::ring_params{C, K}>>{}); break;
-    case algo_kind::direct: f(std::type_identity<chorus::direct<chorus::direct_params{C, K}>>{}); break;
-    case algo_kind::hierarchical:
-        f(std::type_identity<chorus::hierarchical<chorus::ring<chorus::ring_params{C, K}>,
-                                                  chorus::ring<chorus::ring_params{C, K}>>>{});
-        break;
-    default: break; // fixed_tuning: with_config
-    }
-}
-
-template <class F, std::size_t... I>
-bool dispatch_algo(algo_kind a, int channels, std::size_t chunk, F& f, std::index_sequence<I...>) {
-    bool found = false;
-    ((channel_set[I / n_chunk_set] == channels && chunk_set[I % n_chunk_set] == chunk
-          ? (call_algo<channel_set[I / n_chunk_set], chunk_set[I % n_chunk_set]>(a, f), found = true)
-          : false),
-     ...);
-    return found;
-}
-
-//! Calls f(type_identity<Algo>{}, type_identity<T>{}); false when the
-//! combination is not compiled in (the fixed_tuning algorithms: default
-//! tuning, whatever channels and chunk say, and float only).
+//! Calls f(std::type_identity<T>{}) for the element type `t`: the one
+//! compile-time choice (a kernel per element type and operator).
 template <class F>
-bool with_config(algo_kind a, int channels, std::size_t chunk, type_kind t, F&& f) {
-    if (fixed_tuning(a)) {
-        if (t != type_kind::float32) return false;
-        constexpr std::type_identity<float> flt{};
-        switch (a) {
-        case algo_kind::tree: f(std::type_identity<chorus::tree<>>{}, flt); return true;
-        case algo_kind::recursive_doubling: f(std::type_identity<chorus::recursive_doubling<>>{}, flt); return true;
-        case algo_kind::rabenseifner: f(std::type_identity<chorus::rabenseifner<>>{}, flt); return true;
-        case algo_kind::two_shot: f(std::type_identity<chorus::two_shot<>>{}, flt); return true;
-        case algo_kind::automatic: f(std::type_identity<chorus::automatic>{}, flt); return true;
-        default: return false;
-        }
-    }
-    auto by_type = [&](auto algo_tag) {
-        if (t == type_kind::float32) f(algo_tag, std::type_identity<float>{});
-        else f(algo_tag, std::type_identity<__nv_bfloat16>{});
-    };
-    return dispatch_algo(a, channels, chunk, by_type, std::make_index_sequence<n_channel_set * n_chunk_set>{});
+void with_type(type_kind t, F&& f) {
+    if (t == type_kind::float32) f(std::type_identity<float>{});
+    else f(std::type_identity<__nv_bfloat16>{});
 }
 
 // ---------------------------------------------------------------------------
@@ -1023,19 +1012,18 @@ int run(bench& B) {
     for (algo_kind a : o.algos)
         for (int ch : o.channels)
             for (std::size_t chunk : o.chunks)
-                for (type_kind t : o.types)
-                    with_config(a, ch, chunk, t, [&](auto algo_tag, auto type_tag) {
-                        using Algo = typename decltype(algo_tag)::type;
-                        using T = typename decltype(type_tag)::type;
-                        for (coll_kind c : o.colls)
-                            for (std::size_t s : B.sizes) {
-                                if (all_reduce_only<Algo> && c != coll_kind::all_reduce) break;
-                                const u64 cnt = count_for(c, s, sizeof(T), n);
-                                if (cnt)
-                                    scratch = std::max(scratch, scratch_needed<Algo>(c, n, coll_uses_root(c) ? o.root : 0,
-                                                                                     cnt, sizeof(T), B.node_size, sizing));
-                            }
-                    });
+                for (type_kind t : o.types) {
+                    const chorus::policy pol = policy_for(a, {ch, chunk});
+                    const std::size_t elem = t == type_kind::float32 ? sizeof(float) : sizeof(__nv_bfloat16);
+                    for (coll_kind c : o.colls)
+                        for (std::size_t s : B.sizes) {
+                            if (not_measured(a, c)) break;
+                            const u64 cnt = count_for(c, s, elem, n);
+                            if (cnt)
+                                scratch = std::max(scratch, scratch_needed(pol, c, n, coll_uses_root(c) ? o.root : 0,
+                                                                           cnt, elem, B.node_size, sizing));
+                        }
+                }
     scratch = std::max<std::size_t>(scratch, 4096);
     // automatic plans against the scratch the communicators have: give it at
     // least the default, so that it picks what it would for a default user.
@@ -1136,21 +1124,16 @@ int run(bench& B) {
                 for (std::size_t chunk : o.chunks)
                     for (type_kind t : o.types)
                         for (coll_kind c : o.colls) {
-                            // The default-tuning float-only algorithms: one table per collective.
-                            if (fixed_tuning(a) && (ch != o.channels.front() || chunk != o.chunks.front())) continue;
-                            if (fixed_tuning(a) && t != type_kind::float32) {
-                                std::printf("#\n# %s %s %s: not measured (compiled for float only)\n", coll_name(c),
-                                            type_name(t), algo_name(a));
-                                continue;
-                            }
+                            // automatic takes no tuning: one table per collective and type.
+                            if (!takes_tuning(a) && (ch != o.channels.front() || chunk != o.chunks.front())) continue;
                             if (const char* why = not_measured(a, c)) {
                                 std::printf("#\n# %s %s %s: not measured (%s)\n", coll_name(c), type_name(t),
                                             algo_name(a), why);
                                 continue;
                             }
-                            with_config(a, ch, chunk, t, [&](auto algo_tag, auto type_tag) {
-                                run_table<typename decltype(algo_tag)::type, typename decltype(type_tag)::type>(
-                                    B, a, t, c);
+                            const chorus::policy pol = policy_for(a, {ch, chunk});
+                            with_type(t, [&](auto type_tag) {
+                                run_table<typename decltype(type_tag)::type>(B, a, pol, t, c);
                             });
                         }
     } catch (const chorus::error& e) {

@@ -22,8 +22,12 @@
 // compares automatic with the best fixed policy (the bar: within 10 %) and
 // with MPI. The table's rows time one policy after another, which on a
 // shared machine is not a fair comparison between them.
+//
+// Policies are chorus::policy values (the ones the policy types describe),
+// run through the detail::*_run functions the public calls run: one
+// instantiation of each collective serves every policy.
 
-#include "bench_mpi.hpp"
+#include <chorus/mpi.hpp>
 
 #include <malloc.h>
 
@@ -34,18 +38,70 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
 
-using namespace chorus_bench_mpi;
+enum class coll_kind { all_reduce, all_gather, reduce_scatter };
 
-//! Every policy --algo knows, in the order of --algo all. All of them run
-//! every collective measured here on communicator<mpi> (ring<> and
-//! hierarchical<> on its engine, the others as schedules).
-const char* const known_algos[] = {"hierarchical", "ring",     "direct",   "tree", "recursive_doubling",
-                                   "rabenseifner", "two_shot", "automatic"};
+const char* coll_name(coll_kind c) {
+    switch (c) {
+    case coll_kind::all_reduce: return "all_reduce";
+    case coll_kind::all_gather: return "all_gather";
+    case coll_kind::reduce_scatter: return "reduce_scatter";
+    }
+    return "?";
+}
+
+chorus::collective to_collective(coll_kind c) {
+    switch (c) {
+    case coll_kind::all_reduce: return chorus::collective::all_reduce;
+    case coll_kind::all_gather: return chorus::collective::all_gather;
+    case coll_kind::reduce_scatter: return chorus::collective::reduce_scatter;
+    }
+    return chorus::collective::all_reduce;
+}
+
+struct bufs {
+    std::vector<float> in, out;
+};
+
+using comm_type = chorus::communicator<chorus::mpi>;
+
+//! The policies --algo knows: chorus::policy_names but deterministic, in
+//! that order for --algo all, each with its default tuning (the values the
+//! policy types describe). All of them run every collective measured here
+//! on communicator<mpi> (ring<> and hierarchical<> on its engine, the
+//! others as schedules).
+bool known_algo(std::string_view name) {
+    chorus::policy p;
+    return name != "deterministic" && chorus::policy_from_name(name, p);
+}
+
+//! The policy --algo calls `name` (parse() checked that it is known).
+chorus::policy policy_named(std::string_view name) {
+    chorus::policy p;
+    chorus::policy_from_name(name, p);
+    return p;
+}
+
+//! One float sum call of `coll` under policy `pol`, out of place on b: the
+//! run function the public call runs (chorus::all_reduce<Algo>(comm, in,
+//! out) is detail::all_reduce_run(comm, policy_of<Algo>, in, out, sum{}, false)).
+void chorus_call(comm_type& comm, const chorus::policy& pol, coll_kind coll, bufs& b) {
+    const std::span<const float> in(b.in);
+    const std::span<float> out(b.out);
+    switch (coll) {
+    case coll_kind::all_reduce: chorus::detail::all_reduce_run(comm, pol, in, out, chorus::sum{}, false); break;
+    case coll_kind::all_gather: chorus::detail::all_gather_run(comm, pol, in, out, false); break;
+    case coll_kind::reduce_scatter:
+        chorus::detail::reduce_scatter_run(comm, pol, in, out, chorus::sum{}, false);
+        break;
+    }
+}
 
 struct options {
     std::size_t min_bytes = 8, max_bytes = std::size_t(64) << 20, factor = 4;
@@ -150,8 +206,14 @@ options parse(int argc, char** argv, int rank) {
         }
         else if (a == "--algo") {
             const std::string v = next();
-            o.algos = v == "all" ? std::vector<std::string>(std::begin(known_algos), std::end(known_algos))
-                                 : parse_list(v.c_str());
+            o.algos.clear();
+            if (v == "all") {
+                for (const char* name : chorus::policy_names)
+                    if (known_algo(name)) o.algos.emplace_back(name);
+            }
+            else {
+                o.algos = parse_list(v.c_str());
+            }
         }
         else if (a == "--keep-malloc") o.keep_malloc = true;
         else usage(rank, ("unknown option " + a).c_str());
@@ -161,8 +223,7 @@ options parse(int argc, char** argv, int rank) {
     if (o.colls.empty()) usage(rank, "--collectives: empty list");
     if (o.algos.empty()) usage(rank, "--algo: empty list");
     for (const auto& a : o.algos)
-        if (std::find(std::begin(known_algos), std::end(known_algos), a) == std::end(known_algos))
-            usage(rank, ("unknown algorithm " + a).c_str());
+        if (!known_algo(a)) usage(rank, ("unknown algorithm " + a).c_str());
     return o;
 }
 
@@ -245,13 +306,6 @@ timing measure(chorus::communicator<chorus::mpi>& comm, const options& o, coll_k
     t.wrong = check_call(comm.mpi_comm(), coll, count, n, r, b, call);
     t.us = time_calls(comm.mpi_comm(), o.warmup, o.iters, o.reps, call);
     return t;
-}
-
-chorus_fn policy_call(const std::string& name) {
-    if (name == "hierarchical") return &chorus_call<chorus::hierarchical<>>;
-    if (name == "ring") return &chorus_call<chorus::ring<>>;
-    if (name == "automatic") return &chorus_call<chorus::automatic>;
-    return schedule_policy_call(name); // bench_mpi_policies.cpp
 }
 
 void mpi_call(MPI_Comm c, coll_kind coll, bufs& b) {
@@ -400,8 +454,8 @@ int main(int argc, char** argv) {
                 const std::size_t count = bytes / sizeof(float);
                 const timing m = measure(comm, o, coll, count, b, [&] { mpi_call(mpi_comm, coll, b); });
                 for (const auto& algo : o.algos) {
-                    const chorus_fn call = policy_call(algo);
-                    const timing t = measure(comm, o, coll, count, b, [&] { call(comm, coll, b); });
+                    const chorus::policy pol = policy_named(algo);
+                    const timing t = measure(comm, o, coll, count, b, [&] { chorus_call(comm, pol, coll, b); });
                     total_wrong += t.wrong + m.wrong;
                     if (rank == 0) {
                         const double algbw = double(count * sizeof(float)) / t.us / 1e3;
@@ -419,9 +473,9 @@ int main(int argc, char** argv) {
 
         if (interleave) {
             // The entries timed in turn: the policies, then MPI's collective (last in the list, not last in time).
-            std::vector<chorus_fn> fns;
-            for (const std::string& a : cmp_names) fns.push_back(policy_call(a));
-            const std::size_t np = fns.size() + 1;
+            std::vector<chorus::policy> pols;
+            for (const std::string& a : cmp_names) pols.push_back(policy_named(a));
+            const std::size_t np = pols.size() + 1;
             std::string names;
             for (const std::string& a : cmp_names) names += a + ",";
             names += "MPI";
@@ -447,7 +501,9 @@ int main(int argc, char** argv) {
                     const std::size_t count = bytes / sizeof(float);
                     const std::vector<timing> t = interleaved_size(
                         comm, o, coll, count, np,
-                        [&](std::size_t p) { p < fns.size() ? fns[p](comm, coll, b) : mpi_call(mpi_comm, coll, b); },
+                        [&](std::size_t p) {
+                            p < pols.size() ? chorus_call(comm, pols[p], coll, b) : mpi_call(mpi_comm, coll, b);
+                        },
                         cmp_reps, turn, b);
                     std::uint64_t wrong = 0;
                     for (const timing& x : t) wrong += x.wrong;

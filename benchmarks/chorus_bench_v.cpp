@@ -13,6 +13,10 @@
 //! After timing, both results are checked element by element against the
 //! expected values.
 //!
+//! The policy (-a) is a chorus::policy value, the one ring<> or direct<>
+//! describes, run through the detail::*_run functions the public calls run:
+//! one instantiation serves both.
+//!
 //! Exit status: 0 all results correct, 1 a wrong value or a chorus error,
 //! 2 bad command line.
 
@@ -93,8 +97,8 @@ struct timings {
     }
 };
 
-template <class Algo>
 int run(const options& o) {
+    const chorus::policy pol = o.direct ? chorus::policy_of<chorus::direct<>> : chorus::policy_of<chorus::ring<>>;
     const int n = o.ranks;
     std::vector<std::size_t> counts(std::size_t(n), o.others);
     counts[0] = 0;
@@ -131,8 +135,14 @@ int run(const options& o) {
             std::vector<float> pin(largest, 0.0f), pout(largest * std::size_t(n), -1.0f);
             for (std::size_t i = 0; i < mine; ++i) in[i] = pin[i] = value(r, i);
             const std::span<const std::size_t> cs(counts);
-            auto gatherv = [&] { chorus::all_gatherv<Algo>(comm, std::span<const float>(in), std::span(out), cs); };
-            auto padded = [&] { chorus::all_gather<Algo>(comm, std::span<const float>(pin), std::span(pout)); };
+            // What chorus::all_gatherv<Algo>(comm, in, out, cs) and chorus::all_gather<Algo>(comm, pin, pout) run.
+            auto gatherv = [&] {
+                chorus::detail::all_gatherv_run(comm, pol, std::span<const float>(in), std::span<float>(out), cs,
+                                                false);
+            };
+            auto padded = [&] {
+                chorus::detail::all_gather_run(comm, pol, std::span<const float>(pin), std::span<float>(pout), false);
+            };
             for (int i = 0; i < o.warmup; ++i) {
                 gatherv();
                 padded();
@@ -249,7 +259,7 @@ int main(int argc, char** argv) {
     }
     std::printf("# chorus_bench_v: %s\n", cmd.c_str());
     try {
-        return o.direct ? run<chorus::direct<>>(o) : run<chorus::ring<>>(o);
+        return run(o);
     } catch (const std::exception& e) {
         std::printf("FAILED: %s\n", e.what());
         return 1;

@@ -13,8 +13,10 @@ chorus_install_deps() {
   # a Recommends of clang-14, so it is named here).
   # openmpi-bin + libopenmpi-dev: the MPI backend's tests and benchmark;
   # python3-sklearn: the 8x8 digits the training example learns from, read
-  # with zlib (zlib1g-dev).
-  local pkgs=(cmake g++ doctest-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev python3-sklearn zlib1g-dev)
+  # with zlib (zlib1g-dev). ninja-build: scripts/test's builds (it keeps
+  # both cores busy to the end, where make -j2 idles between targets).
+  local pkgs=(cmake g++ ninja-build doctest-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev python3-sklearn
+    zlib1g-dev)
   local missing=()
   local p
   for p in "${pkgs[@]}"; do

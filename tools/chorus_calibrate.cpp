@@ -36,47 +36,6 @@
 #  include <unistd.h>
 #endif
 
-// --- the policies --validate measures: the one list to extend ---------------------
-// Every policy header that exists is measured; `automatic` is predicted as the
-// algorithm it chooses for the call.
-#if __has_include(<chorus/algo/tree.hpp>)
-#  include <chorus/algo/tree.hpp>
-#  define CHORUS_CAL_TREE , chorus::tree<>
-#else
-#  define CHORUS_CAL_TREE
-#endif
-#if __has_include(<chorus/algo/recursive_doubling.hpp>)
-#  include <chorus/algo/recursive_doubling.hpp>
-#  define CHORUS_CAL_RD , chorus::recursive_doubling<>
-#else
-#  define CHORUS_CAL_RD
-#endif
-#if __has_include(<chorus/algo/rabenseifner.hpp>)
-#  include <chorus/algo/rabenseifner.hpp>
-#  define CHORUS_CAL_RAB , chorus::rabenseifner<>
-#else
-#  define CHORUS_CAL_RAB
-#endif
-#if __has_include(<chorus/algo/two_shot.hpp>)
-#  include <chorus/algo/two_shot.hpp>
-#  define CHORUS_CAL_TWO_SHOT , chorus::two_shot<>
-#else
-#  define CHORUS_CAL_TWO_SHOT
-#endif
-#if __has_include(<chorus/algo/automatic.hpp>)
-#  include <chorus/algo/automatic.hpp>
-#  define CHORUS_CAL_AUTOMATIC , chorus::automatic
-#else
-#  define CHORUS_CAL_AUTOMATIC
-#endif
-
-template <class... P>
-struct policy_list {};
-
-using validated_policies = policy_list<chorus::ring<>, chorus::direct<>, chorus::hierarchical<> CHORUS_CAL_TREE
-                                           CHORUS_CAL_RD CHORUS_CAL_RAB CHORUS_CAL_TWO_SHOT CHORUS_CAL_AUTOMATIC>;
-// -------------------------------------------------------------------------------------
-
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -107,6 +66,33 @@ constexpr const char* backend_name = "threads backend";
 #endif
 int g_rank = 0; //!< this process's rank (MPI); 0 on the threads backend, where rank 0 reports
 using clock_type = std::chrono::steady_clock;
+
+// --- the policies --validate measures: the one list to extend ---------------------
+// Policy values (the ones the policy types describe), timed through the
+// detail::*_run functions the public calls run, so one instantiation of
+// each collective serves them all. `automatic` is predicted as the
+// algorithm it chooses for the call.
+struct named_policy {
+    const char* name;
+    chorus::policy pol;
+};
+//! Every policy chorus::policy_names spells but deterministic (which runs
+//! direct or two_shot, already here), each with its default tuning.
+constexpr auto validated_policies = [] {
+    std::array<named_policy, std::size(chorus::policy_names) - 1> out{};
+    std::size_t i = 0;
+    for (const char* name : chorus::policy_names)
+        if (std::string_view(name) != "deterministic") {
+            out[i].name = name;
+            chorus::policy_from_name(name, out[i].pol);
+            ++i;
+        }
+    return out;
+}();
+
+//! The policy with its default tuning that runs model algorithm `a` (ring<>, direct<>, ...).
+constexpr chorus::policy default_policy(model::algorithm a) { return chorus::policy::fixed(a); }
+// -------------------------------------------------------------------------------------
 
 struct usage_error {
     std::string what;
@@ -331,33 +317,35 @@ struct timer {
         : o(opt), comm(c), start(s), end(e), in(std::size_t(biggest) / sizeof(float) + 1, 0.5f),
           out(std::size_t(biggest) / sizeof(float) + 1, 0.0f) {}
 
-    //! Seconds per call of policy Algo's collective `k` of per-rank count
-    //! `count` (rank 0; the others return 0): the statistic over `reps`
+    //! Seconds per call of collective `k` of per-rank count `count` under
+    //! policy `pol` (rank 0; the others return 0): the statistic over `reps`
     //! timed loops, each timed like chorus_bench (latest end - earliest
-    //! start over ranks, / iterations).
-    template <class Algo>
-    double time(op_kind k, std::size_t count) {
+    //! start over ranks, / iterations). Each call is what the public call
+    //! with the policy type runs (chorus::all_reduce<Algo>(comm, in, out) is
+    //! detail::all_reduce_run(comm, policy_of<Algo>, in, out, sum{}, false)).
+    double time(const chorus::policy& pol, op_kind k, std::size_t count) {
+        namespace d = chorus::detail;
         const int n = comm.size();
         const int rank = comm.rank();
         const double bytes = call_bytes(k, count, n);
         const auto call = [&] {
             switch (k) {
             case op_kind::all_reduce:
-                chorus::all_reduce<Algo>(comm, std::span<const float>(in.data(), count),
-                                         std::span<float>(out.data(), count));
+                d::all_reduce_run(comm, pol, std::span<const float>(in.data(), count),
+                                  std::span<float>(out.data(), count), chorus::sum{}, false);
                 break;
             case op_kind::all_gather:
-                chorus::all_gather<Algo>(comm, std::span<const float>(in.data(), count),
-                                         std::span<float>(out.data(), count * std::size_t(n)));
+                d::all_gather_run(comm, pol, std::span<const float>(in.data(), count),
+                                  std::span<float>(out.data(), count * std::size_t(n)), false);
                 break;
             case op_kind::reduce_scatter:
-                chorus::reduce_scatter<Algo>(comm, std::span<const float>(in.data(), count * std::size_t(n)),
-                                             std::span<float>(out.data(), count));
+                d::reduce_scatter_run(comm, pol, std::span<const float>(in.data(), count * std::size_t(n)),
+                                      std::span<float>(out.data(), count), chorus::sum{}, false);
                 break;
-            case op_kind::broadcast: chorus::broadcast<Algo>(comm, std::span<float>(out.data(), count), 0); break;
+            case op_kind::broadcast: d::broadcast_run(comm, pol, std::span<float>(out.data(), count), 0, false); break;
             case op_kind::reduce:
-                chorus::reduce<Algo>(comm, std::span<const float>(in.data(), count),
-                                     std::span<float>(out.data(), count), chorus::sum{}, 0);
+                d::reduce_run(comm, pol, std::span<const float>(in.data(), count),
+                              std::span<float>(out.data(), count), chorus::sum{}, 0, false);
                 break;
             }
         };
@@ -423,16 +411,7 @@ void with_ranks(const options& o, int n, double biggest, F&& body) {
 
 //! Seconds per call of the policy that runs model algorithm `a` (rank 0; the others 0).
 double time_algo(timer& tm, model::algorithm a, op_kind k, std::size_t count) {
-    switch (a) {
-    case model::algorithm::ring: return tm.time<chorus::ring<>>(k, count);
-    case model::algorithm::direct: return tm.time<chorus::direct<>>(k, count);
-    case model::algorithm::tree: return tm.time<chorus::tree<>>(k, count);
-    case model::algorithm::recursive_doubling: return tm.time<chorus::recursive_doubling<>>(k, count);
-    case model::algorithm::rabenseifner: return tm.time<chorus::rabenseifner<>>(k, count);
-    case model::algorithm::two_shot: return tm.time<chorus::two_shot<>>(k, count);
-    case model::algorithm::hierarchical: return tm.time<chorus::hierarchical<>>(k, count);
-    }
-    return 0;
+    return tm.time(default_policy(a), k, count);
 }
 
 //! The (collective, algorithm) pairs calibration corrects: every distinct
@@ -471,16 +450,16 @@ constexpr series_spec mpi_extra_plan[] = {
     {op_kind::reduce, model::algorithm::hierarchical},
 };
 
-//! Times policy Algo's collective `k` at every size: seconds per call;
+//! Times collective `k` under policy `pol` at every size: seconds per call;
 //! sizes too small for one float per rank come back as 0.
-template <class Algo>
-std::vector<double> time_sweep(const options& o, int n, op_kind k, const std::vector<double>& sizes) {
+std::vector<double> time_sweep(const chorus::policy& pol, const options& o, int n, op_kind k,
+                               const std::vector<double>& sizes) {
     std::vector<double> result(sizes.size(), 0.0);
     with_ranks(o, n, *std::max_element(sizes.begin(), sizes.end()), [&](timer& t) {
         for (std::size_t i = 0; i < sizes.size(); ++i) {
             const std::size_t count = call_count(k, sizes[i], n);
             if (count == 0) continue; // the same on every rank
-            const double s = t.time<Algo>(k, count);
+            const double s = t.time(pol, k, count);
             if (t.comm.rank() == 0) result[i] = s;
         }
     });
@@ -730,9 +709,7 @@ int calibrate_mpi(const options& o) {
         if (s.sizes->empty()) continue;
         std::fprintf(stderr, "chorus_calibrate: timing %s %s on %d ranks, %zu sizes\n", model::algorithm_name(s.algo),
                      kind_name(s.kind), n, s.sizes->size());
-        const std::vector<double> t = s.algo == model::algorithm::ring
-                                          ? time_sweep<chorus::ring<>>(o, n, s.kind, *s.sizes)
-                                          : time_sweep<chorus::direct<>>(o, n, s.kind, *s.sizes);
+        const std::vector<double> t = time_sweep(default_policy(s.algo), o, n, s.kind, *s.sizes);
         for (std::size_t i = 0; i < t.size(); ++i) {
             const std::size_t count = call_count(s.kind, (*s.sizes)[i], n);
             if (count == 0 || !(t[i] > 0)) continue;
@@ -835,10 +812,9 @@ struct vrow {
     double predicted;
 };
 
-//! What the model predicts policy P runs for collective k of per-rank count `count` floats.
-template <class P>
-model::algorithm modelled_as(const model::topology& t, int n, std::size_t count, op_kind k) {
-    if constexpr (requires(const chorus::schedule_args& a) { P::choose(a); }) {
+//! What the model predicts policy `p` runs for collective k of per-rank count `count` floats.
+model::algorithm modelled_as(const named_policy& p, const model::topology& t, int n, std::size_t count, op_kind k) {
+    if (p.pol.choose) {
         chorus::schedule_args a{};
         a.coll = to_collective(k);
         a.nranks = n;
@@ -849,64 +825,54 @@ model::algorithm modelled_as(const model::topology& t, int n, std::size_t count,
 #if defined(CHORUS_CALIBRATE_MPI)
         a.node_size = world().planning_node_size();
 #endif
-        return P::choose(a);
-    } else {
-        model::algorithm a = model::algorithm::ring;
-        if (!model::algorithm_from_name(P::name, a))
-            throw usage_error{std::string("policy '") + P::name + "' has no counterpart in the model"};
-        return model::runs_as(to_collective(k), a);
+        return chorus::automatic::choose(a);
     }
+    return model::runs_as(to_collective(k), p.pol.algo);
 }
 
-template <class P>
-bool selected(const options& o) {
-    return o.algos.empty() || ("," + o.algos + ",").find(std::string(",") + P::name + ",") != std::string::npos;
+bool selected(const options& o, const named_policy& p) {
+    return o.algos.empty() || ("," + o.algos + ",").find(std::string(",") + p.name + ",") != std::string::npos;
 }
 
-//! Times every selected policy's AllReduce at every size, the policies
-//! interleaved per size (all of one size, then the next): they see the same
-//! machine, which on a shared one drifts from minute to minute.
-template <class... P>
-void validate_all(policy_list<P...>, const options& o, op_kind kind, const model::topology& t,
-                  const std::vector<double>& sizes, std::vector<vrow>& rows) {
+//! Times every selected policy's collective `kind` at every size, the
+//! policies interleaved per size (all of one size, then the next): they see
+//! the same machine, which on a shared one drifts from minute to minute.
+void validate_all(const options& o, op_kind kind, const model::topology& t, const std::vector<double>& sizes,
+                  std::vector<vrow>& rows) {
     const int n = o.ranks;
-    constexpr std::size_t np = sizeof...(P);
-    const char* names[np] = {P::name...};
+    constexpr std::size_t np = std::size(validated_policies);
     std::vector<std::vector<double>> m(np, std::vector<double>(sizes.size(), 0.0));
     std::fprintf(stderr, "chorus_calibrate: timing %s on %d ranks, %zu sizes:", kind_name(kind), n, sizes.size());
     std::size_t shown = 0;
-    ((selected<P>(o) ? (std::fprintf(stderr, " %s", P::name), ++shown) : shown), ...);
+    for (const named_policy& p : validated_policies)
+        if (selected(o, p)) {
+            std::fprintf(stderr, " %s", p.name);
+            ++shown;
+        }
     std::fprintf(stderr, "\n");
     if (shown == 0) throw usage_error{"--algos: no policy of that name (see the rows of a full --validate)"};
     with_ranks(o, n, *std::max_element(sizes.begin(), sizes.end()), [&](timer& tm) {
         for (std::size_t i = 0; i < sizes.size(); ++i) {
             const std::size_t count = call_count(kind, sizes[i], n);
             if (count == 0) continue;
-            std::size_t q = 0;
-            (
-                [&] {
-                    const std::size_t me = q++;
-                    if (!selected<P>(o)) return;
-                    const double s = tm.template time<P>(kind, count);
-                    if (tm.comm.rank() == 0) m[me][i] = s; // the others return 0
-                }(),
-                ...);
+            for (std::size_t q = 0; q < np; ++q) {
+                if (!selected(o, validated_policies[q])) continue;
+                const double s = tm.time(validated_policies[q].pol, kind, count);
+                if (tm.comm.rank() == 0) m[q][i] = s; // the others return 0
+            }
         }
     });
-    std::size_t idx = 0;
-    (
-        [&] {
-            const std::size_t me = idx++;
-            if (!selected<P>(o)) return;
-            for (std::size_t i = 0; i < sizes.size(); ++i) {
-                const std::size_t count = call_count(kind, sizes[i], n);
-                if (count == 0 || !(m[me][i] > 0)) continue;
-                const double bytes = call_bytes(kind, count, n);
-                const model::algorithm a = modelled_as<P>(t, n, count, kind);
-                rows.push_back({kind, bytes, names[me], a, m[me][i], model::predict(to_collective(kind), a, n, bytes, t)});
-            }
-        }(),
-        ...);
+    for (std::size_t q = 0; q < np; ++q) {
+        const named_policy& p = validated_policies[q];
+        if (!selected(o, p)) continue;
+        for (std::size_t i = 0; i < sizes.size(); ++i) {
+            const std::size_t count = call_count(kind, sizes[i], n);
+            if (count == 0 || !(m[q][i] > 0)) continue;
+            const double bytes = call_bytes(kind, count, n);
+            const model::algorithm a = modelled_as(p, t, n, count, kind);
+            rows.push_back({kind, bytes, p.name, a, m[q][i], model::predict(to_collective(kind), a, n, bytes, t)});
+        }
+    }
 }
 
 int validate(const options& o) {
@@ -934,7 +900,7 @@ int validate(const options& o) {
                                              "broadcast,reduce or all, got '" + o.collectives + "'"};
     }
     std::vector<vrow> rows;
-    for (op_kind k : kinds) validate_all(validated_policies{}, o, k, t, sizes, rows);
+    for (op_kind k : kinds) validate_all(o, k, t, sizes, rows);
 
     constexpr double judged_from = 64.0 * 1024;
     std::string kinds_text;

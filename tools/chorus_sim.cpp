@@ -18,6 +18,7 @@
 //! Exit status: 0 fine, 1 a failed --check, 2 bad command line.
 
 #include <chorus/model/cost.hpp>
+#include <chorus/model/file.hpp>
 
 #include <algorithm>
 #include <cctype>

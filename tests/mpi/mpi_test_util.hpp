@@ -1,25 +1,31 @@
 #pragma once
-// What the MPI tests share: the world communicator, inputs every rank can
-// compute for every rank (a function of rank and index), serial references
-// folded in rank order, and checkers of the five classic collectives that
-// compare bit for bit. Inputs are small integers (or bit patterns for the
-// bitwise operators), so exact results do not depend on the order in which
-// an algorithm combines ranks.
+// What the MPI tests share: the world communicator, the user element types
+// and operators, policies as run-time values with their names, and the
+// declarations of the checkers of every collective. The checkers take the
+// policy as a value and call chorus::detail::*_run (what the public
+// chorus::all_reduce<Algo>(...) etc. run with policy_of<Algo>), so each
+// one is compiled once per (element type, operator) and serves every
+// policy. Their definitions are in mpi_checks.hpp, compiled only by the
+// checks_*.cpp files, which instantiate them explicitly for the pairs the
+// tests use (a pair used but not instantiated there fails at link time).
 
 #include <doctest/doctest.h>
 
 #include <chorus/mpi.hpp>
 
 #include <cstdint>
-#include <cstring>
-#include <span>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 namespace mpi_test {
 
 using comm_t = chorus::communicator<chorus::mpi>;
+
+inline comm_t& world() {
+    // CHORUS_TIMEOUT_MS (set by CTest) bounds every wait.
+    static comm_t comm(MPI_COMM_WORLD);
+    return comm;
+}
 
 // --- user element types and operators ----------------------------------------------
 
@@ -40,200 +46,105 @@ struct indexed {
 };
 struct argmax_op {
     static constexpr bool commutative = true;
+    static constexpr const char* name = "argmax";
     indexed operator()(const indexed& a, const indexed& b) const {
         if (a.value != b.value) return a.value > b.value ? a : b;
         return a.index < b.index ? a : b;
     }
 };
+//! Not commutative and not associative: the result is right only when
+//! every element is the left fold of the ranks in rank order (direct<>,
+//! two_shot<>, deterministic<>).
+struct shift_add {
+    static constexpr bool commutative = false;
+    static constexpr const char* name = "shift_add";
+    std::int64_t operator()(const std::int64_t& a, const std::int64_t& b) const { return (a * 7 + b) % 1000003; }
+};
+//! The affine map t -> a*t + b on 32-bit unsigned integers (wrapping) and
+//! composition: associative but not commutative, exact in any association,
+//! so it checks that every order-keeping policy keeps rank order.
+struct affine {
+    std::uint32_t a, b;
+    bool operator==(const affine&) const = default;
+};
+struct compose {
+    static constexpr bool commutative = false;
+    static constexpr const char* name = "compose";
+    affine operator()(const affine& x, const affine& y) const { return {x.a * y.a, x.a * y.b + x.b}; }
+};
 
-// --- inputs and references ---------------------------------------------------------
+// --- policies ------------------------------------------------------------------------
 
-//! Rank r's element i for operator Op.
-template <class T, class Op>
-T input(int r, int n, std::uint64_t i) {
-    if constexpr (std::is_same_v<T, vec3>) {
-        return {float((i + r) % 5), float((i * 3 + r) % 7), float(r)};
-    } else if constexpr (std::is_same_v<T, indexed>) {
-        return {float((i * 13 + std::uint64_t(r) * 7) % 11), r};
-    } else if constexpr (std::is_same_v<Op, chorus::bit_and> || std::is_same_v<Op, chorus::bit_or> ||
-                         std::is_same_v<Op, chorus::bit_xor>) {
-        const std::uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull ^ (std::uint64_t(r) + 1) * 0xC2B2AE3D27D4EB4Full;
-        return static_cast<T>(h >> 17);
-    } else if constexpr (std::is_same_v<Op, chorus::prod>) {
-        return static_cast<T>((i + std::uint64_t(r)) % 4 == 0 ? 2 : 1); // product <= 2^(n/4 + 1)
-    } else if constexpr (std::is_same_v<Op, chorus::avg>) {
-        // pairs c + k, c - k (c alone on an odd last rank): the sum is n * c exactly
-        const int c = 3 + int(i % 5), k = 1 + int(i % 3);
-        if (n % 2 == 1 && r == n - 1) return static_cast<T>(c);
-        return static_cast<T>(r % 2 == 0 ? c + k : c - k);
-    } else {
-        return static_cast<T>(1 + (i * 7 + std::uint64_t(r) * 3) % 5);
-    }
+//! A policy value and the name the failure messages use.
+struct named_policy {
+    std::string name;
+    chorus::policy pol;
+};
+
+template <class Algo>
+named_policy named() {
+    return {chorus::detail::policy_text(chorus::policy_of<Algo>), chorus::policy_of<Algo>};
 }
 
-template <class T, class Op>
-T reference(int n, std::uint64_t i) {
-    const Op op{};
-    T acc = input<T, Op>(0, n, i);
-    for (int r = 1; r < n; ++r) acc = op(acc, input<T, Op>(r, n, i));
-    return chorus::detail::finish(op, acc, n);
+//! True when every reduction of `p` folds each element left in rank order
+//! 0..n-1 (so a non-associative operator such as shift_add gives the
+//! serial reference): direct<>, two_shot<> and deterministic<>.
+inline bool folds_left(const chorus::policy& p) {
+    return p.deterministic || (!p.choose && (p.algo == chorus::algorithm::direct ||
+                                             p.algo == chorus::algorithm::two_shot));
 }
 
-template <class T>
-bool same_bits(const T& a, const T& b) {
-    return std::memcmp(&a, &b, sizeof(T)) == 0;
-}
-
-//! First wrong element of `got` against want(i), as text ("" when all right).
-template <class T, class F>
-std::string first_wrong(const std::vector<T>& got, std::size_t off, std::uint64_t count, F&& want) {
-    for (std::uint64_t i = 0; i < count; ++i)
-        if (!same_bits(got[off + i], want(i))) return "element " + std::to_string(i) + " of " + std::to_string(count);
-    return {};
-}
-
-template <class T>
-const char* tname() {
-    if constexpr (std::is_same_v<T, vec3>) return "vec3";
-    else if constexpr (std::is_same_v<T, indexed>) return "indexed";
-    else return chorus::element_traits<T>::name();
-}
-
-//! Buffers start at an element offset that differs between ranks, so the
-//! ranks' buffers are differently aligned.
-inline std::size_t offset_of(const comm_t& comm) { return std::size_t(comm.rank() % 3); }
+// --- counts --------------------------------------------------------------------------
 
 inline std::vector<std::uint64_t> counts_for(int n) {
     return {0, 1, std::uint64_t(n) + 1, 97, 1009, 70001};
 }
 
-//! Per-rank block of AllGather / ReduceScatter for a test count: large
-//! counts are divided among the ranks (the whole buffer stays ~count).
-inline std::uint64_t block_of(std::uint64_t count, int n) {
-    return count > 10000 ? count / std::uint64_t(n) + 1 : count;
-}
+// --- the checkers (mpi_checks.hpp) -----------------------------------------------------
+// Every rank checks its own result against a serial reference folded in
+// rank order, bit for bit, at every count, out of place and in place, with
+// buffers at a rank-dependent element offset.
 
-// --- the collectives -----------------------------------------------------------------
+//! AllReduce, ReduceScatter, and Reduce to the first and the last rank.
+template <class T, class Op>
+void check_reductions(comm_t& comm, const named_policy& p, const std::vector<std::uint64_t>& counts);
 
-template <class Algo, class T, class Op>
-void check_reductions(comm_t& comm, const char* algo, const std::vector<std::uint64_t>& counts) {
-    const int n = comm.size(), r = comm.rank();
-    const std::size_t off = offset_of(comm);
-    for (const std::uint64_t count : counts) {
-        for (const bool in_place : {false, true}) {
-            const std::string algo_s = algo, type_s = tname<T>();
-            CAPTURE(algo_s);
-            CAPTURE(type_s);
-            const std::string op_s = chorus::op_traits<Op>::name();
-            CAPTURE(op_s);
-            CAPTURE(count);
-            CAPTURE(in_place);
-            // AllReduce
-            {
-                std::vector<T> in(off + count), out(off + count);
-                for (std::uint64_t i = 0; i < count; ++i) in[off + i] = input<T, Op>(r, n, i);
-                if (in_place) {
-                    chorus::all_reduce<Algo>(comm, std::span<T>(in.data() + off, count), Op{});
-                    out = in;
-                } else {
-                    chorus::all_reduce<Algo>(comm, std::span<const T>(in.data() + off, count),
-                                             std::span<T>(out.data() + off, count), Op{});
-                    CHECK(first_wrong(in, off, count, [&](std::uint64_t i) { return input<T, Op>(r, n, i); }) == "");
-                }
-                CHECK(first_wrong(out, off, count, [&](std::uint64_t i) { return reference<T, Op>(n, i); }) == "");
-            }
-            // ReduceScatter: block r of the reduction of everyone's n * count inputs
-            // (large counts: blocks of count / n, so the input stays ~count)
-            [&](const std::uint64_t count) {
-                std::vector<T> in(off + count * n), out(off + count);
-                for (std::uint64_t i = 0; i < count * n; ++i) in[off + i] = input<T, Op>(r, n, i);
-                if (in_place) {
-                    T* base = in.data() + off;
-                    chorus::reduce_scatter<Algo>(comm, std::span<const T>(base, count * n),
-                                                 std::span<T>(base + count * r, count), Op{});
-                    for (std::uint64_t i = 0; i < count; ++i) out[off + i] = base[count * r + i];
-                } else {
-                    chorus::reduce_scatter<Algo>(comm, std::span<const T>(in.data() + off, count * n),
-                                                 std::span<T>(out.data() + off, count), Op{});
-                }
-                CHECK(first_wrong(out, off, count,
-                                  [&](std::uint64_t i) { return reference<T, Op>(n, count * r + i); }) == "");
-            }(block_of(count, n));
-            // Reduce to every root in turn (in place: out == in on the root)
-            for (int root = 0; root < n; root += (n > 2 ? n - 1 : 1)) {
-                CAPTURE(root);
-                std::vector<T> in(off + count), out(off + count);
-                for (std::uint64_t i = 0; i < count; ++i) in[off + i] = input<T, Op>(r, n, i);
-                const bool at_root = r == root;
-                if (in_place && at_root) {
-                    chorus::reduce<Algo>(comm, std::span<const T>(in.data() + off, count),
-                                         std::span<T>(in.data() + off, count), Op{}, root);
-                    out = in;
-                } else {
-                    chorus::reduce<Algo>(comm, std::span<const T>(in.data() + off, count),
-                                         at_root ? std::span<T>(out.data() + off, count) : std::span<T>(), Op{}, root);
-                }
-                if (at_root)
-                    CHECK(first_wrong(out, off, count, [&](std::uint64_t i) { return reference<T, Op>(n, i); }) == "");
-            }
-        }
-    }
-}
+//! AllGather, and Broadcast from every rank (`every_root`) or from the
+//! first and the last.
+template <class T>
+void check_copies(comm_t& comm, const named_policy& p, const std::vector<std::uint64_t>& counts, bool every_root);
 
-//! `every_root`: Broadcast from every rank in turn, else from 0 and n-1.
-template <class Algo, class T>
-void check_copies(comm_t& comm, const char* algo, const std::vector<std::uint64_t>& counts, bool every_root) {
-    const int n = comm.size(), r = comm.rank();
-    const std::size_t off = offset_of(comm);
-    using Op = chorus::sum; // only picks the input pattern
-    for (const std::uint64_t count : counts) {
-        for (const bool in_place : {false, true}) {
-            const std::string algo_s = algo, type_s = tname<T>();
-            CAPTURE(algo_s);
-            CAPTURE(type_s);
-            CAPTURE(count);
-            CAPTURE(in_place);
-            // AllGather: block q of out is rank q's input (large counts: blocks of count / n)
-            [&](const std::uint64_t count) {
-                std::vector<T> in(off + count), out(off + count * n);
-                for (std::uint64_t i = 0; i < count; ++i) in[off + i] = input<T, Op>(r, n, i);
-                if (in_place) {
-                    T* base = out.data() + off;
-                    for (std::uint64_t i = 0; i < count; ++i) base[count * r + i] = input<T, Op>(r, n, i);
-                    chorus::all_gather<Algo>(comm, std::span<const T>(base + count * r, count),
-                                             std::span<T>(base, count * n));
-                } else {
-                    chorus::all_gather<Algo>(comm, std::span<const T>(in.data() + off, count),
-                                             std::span<T>(out.data() + off, count * n));
-                }
-                CHECK(first_wrong(out, off, count * n, [&](std::uint64_t i) {
-                          return input<T, Op>(int(i / (count ? count : 1)), n, i % (count ? count : 1));
-                      }) == "");
-            }(block_of(count, n));
-            // Broadcast from every root in turn (or the first and the last)
-            for (int root = 0; root < n; root += every_root || n <= 2 ? 1 : n - 1) {
-                CAPTURE(root);
-                std::vector<T> buf(off + count);
-                for (std::uint64_t i = 0; i < count; ++i) buf[off + i] = input<T, Op>(r, n, i);
-                chorus::broadcast<Algo>(comm, std::span<T>(buf.data() + off, count), root);
-                CHECK(first_wrong(buf, off, count, [&](std::uint64_t i) { return input<T, Op>(root, n, i); }) == "");
-            }
-        }
-    }
-}
+//! AllToAll with blocks of 0, 1, 7 and 1003 elements.
+template <class T>
+void check_all_to_all(comm_t& comm, const named_policy& p);
 
-template <class Algo, class T, class... Ops>
-void check_type(comm_t& comm, const char* algo) {
+//! AllGatherv with rank q giving counts[q] elements.
+template <class T>
+void check_all_gatherv(comm_t& comm, const named_policy& p, const std::vector<std::size_t>& counts);
+
+//! ReduceScatterv with rank q receiving counts[q] elements.
+template <class T, class Op>
+void check_reduce_scatterv(comm_t& comm, const named_policy& p, const std::vector<std::size_t>& counts);
+
+//! AllToAllv with counts[q * n + j] = what q sends j (zeros included),
+//! scaled by `scale`; `symmetric`: a symmetric matrix, so the call also
+//! runs in place.
+template <class T>
+void check_all_to_allv(comm_t& comm, const named_policy& p, std::uint64_t scale, bool symmetric);
+
+//! A policy that reorders operands refuses the non-commutative Op: its
+//! AllReduce, ReduceScatter and Reduce fail on every rank with
+//! invalid_argument before anything moves, and the communicator carries on.
+template <class T, class Op>
+void check_refused(comm_t& comm, const named_policy& p);
+
+//! Every collective of T with each of Ops, at counts_for(n), Broadcast from
+//! every root.
+template <class T, class... Ops>
+void check_type(comm_t& comm, const named_policy& p) {
     const std::vector<std::uint64_t> counts = counts_for(comm.size());
-    (check_reductions<Algo, T, Ops>(comm, algo, counts), ...);
-    check_copies<Algo, T>(comm, algo, counts, true);
+    (check_reductions<T, Ops>(comm, p, counts), ...);
+    check_copies<T>(comm, p, counts, true);
 }
-
-inline comm_t& world() {
-    // CHORUS_TIMEOUT_MS (set by CTest) bounds every wait.
-    static comm_t comm(MPI_COMM_WORLD);
-    return comm;
-}
-
 
 } // namespace mpi_test

@@ -23,14 +23,15 @@ bool mentions(const chorus::error& e, const std::string& what) {
     return std::string(e.what()).find(what) != std::string::npos;
 }
 
-//! A rank that never joins a collective run by Algo: the others fail
+//! A rank that never joins a collective run by policy `p`: the others fail
 //! within their deadline (timeout naming the rank they waited for, or
 //! aborted when a node peer failed first), and the communicator is broken.
 //! `reads_all`: every rank reads the missing one directly, so a timeout
 //! names it.
-template <class Algo>
-void never_joins(comm_t& world_comm, bool reads_all) {
+void never_joins(comm_t& world_comm, const named_policy& p, bool reads_all) {
     const int n = world_comm.size(), r = world_comm.rank();
+    const std::string algo_s = p.name;
+    CAPTURE(algo_s);
     comm_t sub(MPI_COMM_WORLD);
     sub.set_timeout(std::chrono::milliseconds(400));
     sub.set_checked(false); // the executor's own waits (checked mode would fail first, in its check)
@@ -38,7 +39,8 @@ void never_joins(comm_t& world_comm, bool reads_all) {
         std::vector<float> v(5000, 1.0f);
         const auto t0 = std::chrono::steady_clock::now();
         try {
-            chorus::all_reduce<Algo>(sub, std::span<float>(v));
+            chorus::detail::all_reduce_run(sub, p.pol, std::span<const float>(v), std::span<float>(v), chorus::sum{},
+                                           false);
             FAIL("no error without rank n-1");
         } catch (const chorus::error& e) {
             const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -59,9 +61,10 @@ void never_joins(comm_t& world_comm, bool reads_all) {
 TEST_CASE("schedule executor: a rank that never joins makes the others time out naming it, not hang") {
     comm_t& comm = world();
     if (comm.size() < 2) return;
-    never_joins<chorus::direct<>>(comm, true);
-    never_joins<chorus::hierarchical<chorus::direct<>, chorus::direct<>>>(comm, comm.nodes() == 1);
-    never_joins<chorus::tree<>>(comm, false);
+    using namespace chorus;
+    never_joins(comm, named<direct<>>(), true);
+    never_joins(comm, named<hierarchical<direct<>, direct<>>>(), comm.nodes() == 1);
+    never_joins(comm, named<tree<>>(), false);
 }
 
 TEST_CASE("schedule executor: a schedule that pushes is refused on every rank before anything moves") {
@@ -97,7 +100,9 @@ TEST_CASE("send/recv: messages between a pair arrive in issue order, sync and as
     const int partner = r % 2 == 0 ? r + 1 : r - 1;
     if (partner < n) {
         const std::vector<std::size_t> sizes = {3, 0, 1000, 1, 0, 70001, 17};
-        auto value = [](int from, std::size_t msg, std::size_t i) { return double(from * 1000 + int(msg)) + double(i); };
+        auto value = [](int from, std::size_t msg, std::size_t i) {
+            return double(from * 1000 + int(msg)) + double(i);
+        };
         auto send_all = [&](bool async) {
             std::vector<std::vector<double>> bufs;
             for (std::size_t k = 0; k < sizes.size(); ++k) {
@@ -212,11 +217,12 @@ TEST_CASE("async calls of every kind interleave on one communicator in issue ord
     for (int k = 0; k < depth; ++k) {
         for (std::size_t i = 0; i < count; ++i) bufs[std::size_t(k)][i] = int(i % 100) + k * r;
         std::span<int> b(bufs[std::size_t(k)]);
+        using namespace chorus;
         switch (k % 4) {
-        case 0: fs.push_back(chorus::all_reduce_async<chorus::direct<>>(comm, b)); break;
-        case 1: fs.push_back(chorus::all_reduce_async<chorus::ring<>>(comm, b)); break;
-        case 2: fs.push_back(chorus::all_reduce_async<chorus::direct<chorus::direct_params{2, 4096}>>(comm, b)); break;
-        default: fs.push_back(chorus::all_reduce_async<chorus::hierarchical<chorus::direct<>, chorus::direct<>>>(comm, b));
+        case 0: fs.push_back(all_reduce_async<direct<>>(comm, b)); break;
+        case 1: fs.push_back(all_reduce_async<ring<>>(comm, b)); break;
+        case 2: fs.push_back(all_reduce_async<direct<direct_params{2, 4096}>>(comm, b)); break;
+        default: fs.push_back(all_reduce_async<hierarchical<direct<>, direct<>>>(comm, b));
         }
     }
     for (auto& f : fs) f.get();

@@ -1,13 +1,17 @@
 // chorus over MPI, run under mpiexec with 1 to 9 processes and with
 // emulated node splits (CHORUS_RANKS_PER_NODE, e.g. 2 or 3,2,1) and small
 // windows (CHORUS_SHM_BYTES, so large counts go through in pieces): see
-// tests/mpi/CMakeLists.txt.
+// tests/mpi/CMakeLists.txt. Covers hierarchical<> (the engine) on every
+// classic collective with the built-in operators on every arithmetic
+// element type and with the commutative user operators, ring<> with a
+// user type, hierarchical<> with small inter-node chunks, async ordering,
+// split(), checked mode, argument errors, a rank that never joins, and the
+// chorus::train helpers.
 //
 // Every rank can compute every rank's input (a function of rank and index),
 // so each rank checks its own result against a serial reference folded in
-// rank order, bit for bit, without any communication. Inputs are small
-// integers (or bit patterns for the bitwise operators), so exact results do
-// not depend on the order in which an algorithm combines ranks.
+// rank order, bit for bit, without any communication (the checkers of
+// mpi_checks.hpp, which take the policy as a value).
 
 #include <doctest/doctest.h>
 
@@ -19,10 +23,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <cstring>
+#include <span>
 #include <string>
-#include <thread>
-#include <type_traits>
 #include <vector>
 
 namespace {
@@ -39,25 +41,27 @@ using flat_ring = chorus::ring<>;
 TEST_CASE("hierarchical<>: every collective, operator and type matches the serial reference") {
     comm_t& comm = world();
     using namespace chorus;
-    check_type<hier, std::int8_t, sum, prod, min, max, avg, bit_and, bit_or, bit_xor>(comm, "hierarchical<>");
-    check_type<hier, std::uint8_t, sum, max>(comm, "hierarchical<>");
-    check_type<hier, std::int32_t, sum, prod, min, max, avg, bit_and, bit_or, bit_xor>(comm, "hierarchical<>");
-    check_type<hier, std::uint32_t, sum, bit_xor>(comm, "hierarchical<>");
-    check_type<hier, std::int64_t, sum, min, avg>(comm, "hierarchical<>");
-    check_type<hier, std::uint64_t, sum, bit_or>(comm, "hierarchical<>");
-    check_type<hier, float, sum, prod, min, max, avg>(comm, "hierarchical<>");
-    check_type<hier, double, sum, max, avg>(comm, "hierarchical<>");
-    check_type<hier, vec3, vec3_add>(comm, "hierarchical<>");
-    check_type<hier, indexed, argmax_op>(comm, "hierarchical<>");
+    const named_policy h = named<hier>();
+    check_type<std::int8_t, sum, prod, min, max, avg, bit_and, bit_or, bit_xor>(comm, h);
+    check_type<std::uint8_t, sum, max>(comm, h);
+    check_type<std::int32_t, sum, prod, min, max, avg, bit_and, bit_or, bit_xor>(comm, h);
+    check_type<std::uint32_t, sum, bit_xor>(comm, h);
+    check_type<std::int64_t, sum, min, avg>(comm, h);
+    check_type<std::uint64_t, sum, bit_or>(comm, h);
+    check_type<float, sum, prod, min, max, avg>(comm, h);
+    check_type<double, sum, max, avg>(comm, h);
+    check_type<vec3, vec3_add>(comm, h);
+    check_type<indexed, argmax_op>(comm, h);
 }
 
 // (ring<> on the arithmetic types: the policy matrix, test_matrix.cpp.)
 TEST_CASE("ring<> over point-to-point and hierarchical with small chunks match the serial reference") {
     comm_t& comm = world();
     using namespace chorus;
-    check_type<flat_ring, vec3, vec3_add>(comm, "ring<>");
-    check_type<hier_small, float, sum>(comm, "hierarchical<ring<>, ring<4 KiB chunks>>");
-    check_type<hier_small, std::int64_t, sum>(comm, "hierarchical<ring<>, ring<4 KiB chunks>>");
+    check_type<vec3, vec3_add>(comm, named<flat_ring>());
+    const named_policy small = named<hier_small>();
+    check_type<float, sum>(comm, small);
+    check_type<std::int64_t, sum>(comm, small);
 }
 
 TEST_CASE("async collectives complete in issue order with exact results") {

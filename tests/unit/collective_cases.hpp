@@ -1,7 +1,11 @@
 #pragma once
 //! The per-collective cases of the reference tests, shared by
-//! test_collectives.cpp (ring matrix) and test_algorithms.cpp (every policy):
-//! inputs, the serial reference, one checked call per case_* function.
+//! test_collectives.cpp (element types x operators) and test_policies.cpp
+//! (every policy): inputs, the serial reference, one checked call per
+//! case_* function. A case takes the policy as a value (run time), so each
+//! case function is instantiated once per (element type, operator) and
+//! serves every policy: the calls go through chorus::detail::*_run, what
+//! the public chorus::all_reduce<Algo>(...) etc. run with policy_of<Algo>.
 
 #include "test_util.hpp"
 
@@ -45,26 +49,11 @@ struct vec3_add {
 
 static_assert(sizeof(indexed) == 8 && sizeof(vec3) == 12, "no padding: results are compared bit for bit");
 
-//! The affine map t -> a*t + b on 32-bit unsigned integers (wrapping), and
-//! composition: associative but not commutative, exact whatever the
-//! association, so it checks that an order-preserving policy keeps rank
-//! order.
-struct affine {
-    std::uint32_t a, b;
-};
-struct compose_op {
-    static constexpr bool commutative = false;
-    affine operator()(const affine& x, const affine& y) const {
-        return {x.a * y.a, x.a * y.b + x.b};
-    }
-};
+// --- policies ------------------------------------------------------------------
 
-// --- algorithms ----------------------------------------------------------------
-
-using ring_default = chorus::ring<>;
-using ring_c2_16 = chorus::ring<{.channels = 2, .chunk_bytes = 16}>;
-using ring_c3_64 = chorus::ring<{.channels = 3, .chunk_bytes = 64}>;
-using ring_c2_64k = chorus::ring<{.channels = 2, .chunk_bytes = 64 << 10}>;
+inline const named_policy ring_default{"ring<>", chorus::policy_of<chorus::ring<>>};
+inline const named_policy ring_c2_16{"ring<2ch,16B>", chorus::policy::fixed(chorus::algorithm::ring, {2, 16})};
+inline const named_policy ring_c3_64{"ring<3ch,64B>", chorus::policy::fixed(chorus::algorithm::ring, {3, 64})};
 
 // --- names for messages ----------------------------------------------------------
 
@@ -201,6 +190,89 @@ T reference(const Op& op, pattern p, int n, std::size_t i) {
     return acc;
 }
 
+// --- one (element type, operator), erased ---------------------------------------------------
+
+//! What the case functions below need of one (element type, operator): the
+//! inputs, the serial reference, printing, and the calls themselves (the
+//! only typed code: chorus::detail::*_run with T and Op). The case
+//! functions are compiled once, not once per (type, operator).
+struct typed {
+    std::size_t elem = 1;
+    const char* type = "";
+    const char* op = "";
+    //! Elements [first, first + n) of rank r's input (gen with the pair's pattern, or `general`).
+    void (*input)(unsigned char* dst, int r, std::size_t first, std::size_t n, bool general) = nullptr;
+    //! The reduction over ranks 0..nranks-1 of elements [first, first + n) (reference()).
+    void (*reduced)(unsigned char* dst, int nranks, std::size_t first, std::size_t n) = nullptr;
+    std::string (*show)(const unsigned char* v) = nullptr;
+    // The calls (sync), on raw element pointers; spans may be null with count 0.
+    void (*all_reduce)(comm_t&, const chorus::policy&, const unsigned char* in, unsigned char* out,
+                       std::size_t n) = nullptr;
+    void (*reduce_scatter)(comm_t&, const chorus::policy&, const unsigned char* in, std::size_t in_n,
+                           unsigned char* out, std::size_t out_n) = nullptr;
+    void (*reduce)(comm_t&, const chorus::policy&, const unsigned char* in, std::size_t in_n, unsigned char* out,
+                   std::size_t out_n, int root) = nullptr;
+    void (*all_gather)(comm_t&, const chorus::policy&, const unsigned char* in, std::size_t in_n,
+                       unsigned char* out, std::size_t out_n) = nullptr;
+    void (*broadcast)(comm_t&, const chorus::policy&, unsigned char* buf, std::size_t n, int root) = nullptr;
+};
+
+template <class T, class Op>
+const typed& typed_of() {
+    static const typed t = [] {
+        typed y;
+        y.elem = sizeof(T);
+        y.type = type_name<T>();
+        y.op = op_name<Op>();
+        y.input = [](unsigned char* dst, int r, std::size_t first, std::size_t n, bool general) {
+            const pattern p = general ? pattern::general : pattern_for<T, Op>();
+            for (std::size_t i = 0; i < n; ++i) {
+                const T v = gen<T>(p, r, first + i);
+                std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
+            }
+        };
+        y.reduced = [](unsigned char* dst, int nranks, std::size_t first, std::size_t n) {
+            for (std::size_t i = 0; i < n; ++i) {
+                const T v = reference<T>(Op{}, pattern_for<T, Op>(), nranks, first + i);
+                std::memcpy(dst + i * sizeof(T), &v, sizeof(T));
+            }
+        };
+        y.show = [](const unsigned char* v) {
+            T x;
+            std::memcpy(static_cast<void*>(&x), v, sizeof(T));
+            return show(x);
+        };
+        if constexpr (!std::is_same_v<Op, chorus::detail::copy_only>) {
+            y.all_reduce = [](comm_t& c, const chorus::policy& pol, const unsigned char* in, unsigned char* out,
+                              std::size_t n) {
+                chorus::detail::all_reduce_run(c, pol, std::span<const T>(reinterpret_cast<const T*>(in), n),
+                                               std::span<T>(reinterpret_cast<T*>(out), n), Op{}, false);
+            };
+            y.reduce_scatter = [](comm_t& c, const chorus::policy& pol, const unsigned char* in, std::size_t in_n,
+                                  unsigned char* out, std::size_t out_n) {
+                chorus::detail::reduce_scatter_run(c, pol, std::span<const T>(reinterpret_cast<const T*>(in), in_n),
+                                                   std::span<T>(reinterpret_cast<T*>(out), out_n), Op{}, false);
+            };
+            y.reduce = [](comm_t& c, const chorus::policy& pol, const unsigned char* in, std::size_t in_n,
+                          unsigned char* out, std::size_t out_n, int root) {
+                chorus::detail::reduce_run(c, pol, std::span<const T>(reinterpret_cast<const T*>(in), in_n),
+                                           std::span<T>(reinterpret_cast<T*>(out), out_n), Op{}, root, false);
+            };
+        } else {
+            y.all_gather = [](comm_t& c, const chorus::policy& pol, const unsigned char* in, std::size_t in_n,
+                              unsigned char* out, std::size_t out_n) {
+                chorus::detail::all_gather_run(c, pol, std::span<const T>(reinterpret_cast<const T*>(in), in_n),
+                                               std::span<T>(reinterpret_cast<T*>(out), out_n), false);
+            };
+            y.broadcast = [](comm_t& c, const chorus::policy& pol, unsigned char* buf, std::size_t n, int root) {
+                chorus::detail::broadcast_run(c, pol, std::span<T>(reinterpret_cast<T*>(buf), n), root, false);
+            };
+        }
+        return y;
+    }();
+    return t;
+}
+
 // --- one case ------------------------------------------------------------------------------
 
 struct ctx {
@@ -210,17 +282,10 @@ struct ctx {
     int rank;
     std::uint64_t k = 0; //!< case number: the same sequence on every rank
     std::uint64_t failures = 0;
-    //! Optional: a std::vector<T> holding reference<T>(op, p, n, i) for the
-    //! current (T, op), computed once for all ranks (large counts).
-    const void* shared_ref = nullptr;
+    //! Optional: the elements of reference(op, p, n, i) for the current
+    //! (type, operator), computed once for all ranks (large counts).
+    const unsigned char* shared_ref = nullptr;
 };
-
-//! The expected reduction of element i: from the shared table when there is one.
-template <class T, class Op>
-T expected_at(const ctx& x, const Op& op, pattern p, std::size_t i) {
-    if (x.shared_ref != nullptr) return (*static_cast<const std::vector<T>*>(x.shared_ref))[i];
-    return reference<T>(op, p, x.n, i);
-}
 
 //! Element offsets of this rank's buffers for case k: 0..3, different across ranks.
 inline std::size_t off_in(const ctx& x, std::uint64_t k) { return (std::size_t(x.rank) + k) % 4; }
@@ -241,159 +306,202 @@ inline void fail(ctx& x, const std::string& what) {
     x.log.add(what);
 }
 
-//! Checks got[i] == expect(i) bit for bit; records the first mismatch.
-template <class T, class Expect>
-bool check_values(ctx& x, const std::string& d, const char* what, std::span<const T> got, Expect&& expect,
-                  std::size_t from = 0, std::size_t to = std::size_t(-1)) {
-    to = std::min(to, got.size());
-    for (std::size_t i = from; i < to; ++i) {
-        const T e = expect(i);
-        if (!same_bits(got[i], e)) {
-            fail(x, d + ": " + what + "[" + std::to_string(i) + "] is " + show(got[i]) + ", expected " + show(e));
+//! `len` elements of `elem` bytes at element offset `off` of a store with
+//! `guard` guard elements after them; every byte starts as `fill`.
+class guarded_bytes {
+public:
+    static constexpr unsigned char fill = guarded<unsigned char>::default_fill;
+    static constexpr std::size_t guard = 3;
+
+    guarded_bytes(std::size_t elem, std::size_t len, std::size_t off)
+        : store_((off + len + guard) * elem + 16, fill), elem_(elem), off_(off), len_(len) {}
+    //! The span's first element (the store starts 16-byte aligned, so the offset sets the phase).
+    unsigned char* data() { return base() + off_ * elem_; }
+    unsigned char* at(std::size_t i) { return data() + i * elem_; }
+    std::size_t size() const { return len_; }
+    //! Index (in elements of the whole store) of the first clobbered guard byte's element, or -1.
+    long long first_bad_guard() {
+        const unsigned char* b = base();
+        const std::size_t lo = off_ * elem_, hi = (off_ + len_) * elem_, all = (off_ + len_ + guard) * elem_;
+        for (std::size_t i = 0; i < lo; ++i)
+            if (b[i] != fill) return static_cast<long long>(i / elem_);
+        for (std::size_t i = hi; i < all; ++i)
+            if (b[i] != fill) return static_cast<long long>(i / elem_);
+        return -1;
+    }
+    //! True when element i of the span still holds the fill pattern.
+    bool untouched(std::size_t i) {
+        for (std::size_t j = 0; j < elem_; ++j)
+            if (at(i)[j] != fill) return false;
+        return true;
+    }
+
+private:
+    unsigned char* base() {
+        const auto p = reinterpret_cast<std::uintptr_t>(store_.data());
+        return store_.data() + (16 - p % 16) % 16;
+    }
+    std::vector<unsigned char> store_;
+    std::size_t elem_, off_, len_;
+};
+
+//! Checks elements [from, to) of `got` against `want` (both n elements)
+//! bit for bit; records the first mismatch.
+inline bool check_values(ctx& x, const typed& t, const std::string& d, const char* what, const unsigned char* got,
+                         const unsigned char* want, std::size_t n, std::size_t from = 0,
+                         std::size_t to = std::size_t(-1)) {
+    to = std::min(to, n);
+    for (std::size_t i = from; i < to; ++i)
+        if (std::memcmp(got + i * t.elem, want + i * t.elem, t.elem) != 0) {
+            fail(x, d + ": " + what + "[" + std::to_string(i) + "] is " + t.show(got + i * t.elem) + ", expected " +
+                        t.show(want + i * t.elem));
             return false;
         }
-    }
     return true;
 }
 
-template <class T>
-void check_guards(ctx& x, const std::string& d, const char* what, const guarded<T>& g) {
+inline void check_guards(ctx& x, const std::string& d, const char* what, guarded_bytes& g) {
     if (const long long b = g.first_bad_guard(); b >= 0)
         fail(x, d + ": a guard element of `" + what + "` was written (store index " + std::to_string(b) + ")");
 }
 
-template <class T>
-void fill(guarded<T>& g, pattern p, int r) {
-    for (std::size_t i = 0; i < g.size(); ++i) g[i] = gen<T>(p, r, i);
+//! Rank r's input (elements [first, first + n)) as a vector of bytes.
+inline std::vector<unsigned char> input_of(const typed& t, int r, std::size_t first, std::size_t n,
+                                           bool general = false) {
+    std::vector<unsigned char> v(n * t.elem);
+    t.input(v.data(), r, first, n, general);
+    return v;
+}
+
+//! The reduction of elements [first, first + n): from the shared table when there is one.
+inline std::vector<unsigned char> reduced_of(const ctx& x, const typed& t, std::size_t first, std::size_t n) {
+    std::vector<unsigned char> v(n * t.elem);
+    if (x.shared_ref != nullptr) {
+        if (n != 0) std::memcpy(v.data(), x.shared_ref + first * t.elem, n * t.elem);
+    } else {
+        t.reduced(v.data(), x.n, first, n);
+    }
+    return v;
 }
 
 //! Count 0 sometimes passes default-constructed (null) spans.
-template <class T>
-std::span<T> maybe_null(std::span<T> s, std::size_t count, std::uint64_t k) {
-    return count == 0 && k % 3 == 0 ? std::span<T>() : s;
+inline unsigned char* maybe_null(unsigned char* p, std::size_t count, std::uint64_t k) {
+    return count == 0 && k % 3 == 0 ? nullptr : p;
 }
 
-template <class Algo, class T, class Op>
-void case_all_reduce(ctx& x, const char* algo, std::size_t c, bool in_place, Op op) {
-    constexpr pattern p = pattern_for<T, Op>();
+inline void case_all_reduce(ctx& x, const named_policy& algo, const typed& t, std::size_t c, bool in_place) {
     const std::uint64_t k = x.k++;
     const std::size_t oi = off_in(x, k), oo = off_out(x, k);
-    const std::string d = describe(x, "all_reduce", algo, type_name<T>(), op_name<Op>(), c, in_place, oi, oo);
-    guarded<T> in(c, oi);
-    fill(in, p, x.rank);
-    auto expect = [&](std::size_t i) { return expected_at<T>(x, op, p, i); };
+    const std::string d = describe(x, "all_reduce", algo.name, t.type, t.op, c, in_place, oi, oo);
+    guarded_bytes in(t.elem, c, oi);
+    const std::vector<unsigned char> mine = input_of(t, x.rank, 0, c), want = reduced_of(x, t, 0, c);
+    if (c != 0) std::memcpy(in.data(), mine.data(), mine.size());
     if (in_place) {
-        std::span<T> buf = maybe_null(in.span(), c, k);
-        if (k % 2) chorus::all_reduce<Algo>(x.comm, buf, op);
-        else chorus::all_reduce<Algo>(x.comm, std::span<const T>(buf), buf, op);
-        check_values<T>(x, d, "buf", in.cspan(), expect);
+        unsigned char* buf = maybe_null(in.data(), c, k);
+        t.all_reduce(x.comm, algo.pol, buf, buf, c);
+        check_values(x, t, d, "buf", in.data(), want.data(), c);
         check_guards(x, d, "buf", in);
     } else {
-        guarded<T> out(c, oo);
-        chorus::all_reduce<Algo>(x.comm, maybe_null(in.cspan(), c, k), maybe_null(out.span(), c, k), op);
-        check_values<T>(x, d, "out", out.cspan(), expect);
+        guarded_bytes out(t.elem, c, oo);
+        t.all_reduce(x.comm, algo.pol, maybe_null(in.data(), c, k), maybe_null(out.data(), c, k), c);
+        check_values(x, t, d, "out", out.data(), want.data(), c);
         check_guards(x, d, "out", out);
-        check_values<T>(x, d, "in (must be unchanged)", in.cspan(), [&](std::size_t i) { return gen<T>(p, x.rank, i); });
+        check_values(x, t, d, "in (must be unchanged)", in.data(), mine.data(), c);
         check_guards(x, d, "in", in);
     }
 }
 
-template <class Algo, class T>
-void case_all_gather(ctx& x, const char* algo, std::size_t c, bool in_place) {
-    constexpr pattern p = pattern::general;
+//! `t` is a copy-only entry (typed_of<T, copy_only>): only the input pattern `general` is used.
+inline void case_all_gather(ctx& x, const named_policy& algo, const typed& t, std::size_t c, bool in_place) {
     const std::uint64_t k = x.k++;
     const std::size_t oi = off_in(x, k), oo = off_out(x, k);
     const std::size_t n = std::size_t(x.n), me = std::size_t(x.rank);
-    const std::string d = describe(x, "all_gather", algo, type_name<T>(), "-", c, in_place, in_place ? oo : oi, oo);
-    guarded<T> out(n * c, oo);
-    auto expect = [&](std::size_t i) { return gen<T>(p, int(i / c), i % c); };
+    const std::string d = describe(x, "all_gather", algo.name, t.type, "-", c, in_place, in_place ? oo : oi, oo);
+    guarded_bytes out(t.elem, n * c, oo);
+    std::vector<unsigned char> want(n * c * t.elem);
+    for (std::size_t q = 0; q < n; ++q) t.input(want.data() + q * c * t.elem, int(q), 0, c, true);
+    const std::vector<unsigned char> mine = input_of(t, x.rank, 0, c, true);
     if (in_place) {
-        for (std::size_t j = 0; j < c; ++j) out[me * c + j] = gen<T>(p, x.rank, j);
-        std::span<T> o = maybe_null(out.span(), c, k);
-        chorus::all_gather<Algo>(x.comm, std::span<const T>(o.subspan(me * c, c)), o);
-        check_values<T>(x, d, "out", out.cspan(), expect);
+        if (c != 0) std::memcpy(out.at(me * c), mine.data(), mine.size());
+        unsigned char* o = maybe_null(out.data(), c, k);
+        t.all_gather(x.comm, algo.pol, o == nullptr ? nullptr : o + me * c * t.elem, c, o, n * c);
+        check_values(x, t, d, "out", out.data(), want.data(), n * c);
         check_guards(x, d, "out", out);
     } else {
-        guarded<T> in(c, oi);
-        fill(in, p, x.rank);
-        chorus::all_gather<Algo>(x.comm, maybe_null(in.cspan(), c, k), maybe_null(out.span(), c, k));
-        check_values<T>(x, d, "out", out.cspan(), expect);
+        guarded_bytes in(t.elem, c, oi);
+        if (c != 0) std::memcpy(in.data(), mine.data(), mine.size());
+        t.all_gather(x.comm, algo.pol, maybe_null(in.data(), c, k), c, maybe_null(out.data(), c, k), n * c);
+        check_values(x, t, d, "out", out.data(), want.data(), n * c);
         check_guards(x, d, "out", out);
-        check_values<T>(x, d, "in (must be unchanged)", in.cspan(), [&](std::size_t i) { return gen<T>(p, x.rank, i); });
+        check_values(x, t, d, "in (must be unchanged)", in.data(), mine.data(), c);
         check_guards(x, d, "in", in);
     }
 }
 
-template <class Algo, class T, class Op>
-void case_reduce_scatter(ctx& x, const char* algo, std::size_t c, bool in_place, Op op) {
-    constexpr pattern p = pattern_for<T, Op>();
+inline void case_reduce_scatter(ctx& x, const named_policy& algo, const typed& t, std::size_t c, bool in_place) {
     const std::uint64_t k = x.k++;
     const std::size_t oi = off_in(x, k), oo = off_out(x, k);
     const std::size_t n = std::size_t(x.n), me = std::size_t(x.rank);
-    const std::string d =
-        describe(x, "reduce_scatter", algo, type_name<T>(), op_name<Op>(), c, in_place, oi, in_place ? oi : oo);
-    guarded<T> in(n * c, oi);
-    fill(in, p, x.rank);
-    auto expect = [&](std::size_t j) { return expected_at<T>(x, op, p, me * c + j); };
-    auto original = [&](std::size_t i) { return gen<T>(p, x.rank, i); };
+    const std::string d = describe(x, "reduce_scatter", algo.name, t.type, t.op, c, in_place, oi, in_place ? oi : oo);
+    guarded_bytes in(t.elem, n * c, oi);
+    const std::vector<unsigned char> mine = input_of(t, x.rank, 0, n * c), want = reduced_of(x, t, me * c, c);
+    if (n * c != 0) std::memcpy(in.data(), mine.data(), mine.size());
     if (in_place) {
-        std::span<T> i_ = maybe_null(in.span(), c, k);
-        chorus::reduce_scatter<Algo>(x.comm, std::span<const T>(i_), i_.subspan(me * c, c), op);
-        check_values<T>(x, d, "out (= block rank() of in)", in.cspan().subspan(me * c, c), expect);
+        unsigned char* i_ = maybe_null(in.data(), c, k);
+        t.reduce_scatter(x.comm, algo.pol, i_, n * c, i_ == nullptr ? nullptr : i_ + me * c * t.elem, c);
+        check_values(x, t, d, "out (= block rank() of in)", in.at(me * c), want.data(), c);
         // The other blocks of an in-place input are only read.
-        check_values<T>(x, d, "in outside block rank()", in.cspan(), original, 0, me * c);
-        check_values<T>(x, d, "in outside block rank()", in.cspan(), original, me * c + c);
+        check_values(x, t, d, "in outside block rank()", in.data(), mine.data(), n * c, 0, me * c);
+        check_values(x, t, d, "in outside block rank()", in.data(), mine.data(), n * c, me * c + c);
         check_guards(x, d, "in", in);
     } else {
-        guarded<T> out(c, oo);
-        chorus::reduce_scatter<Algo>(x.comm, maybe_null(in.cspan(), c, k), maybe_null(out.span(), c, k), op);
-        check_values<T>(x, d, "out", out.cspan(), expect);
+        guarded_bytes out(t.elem, c, oo);
+        t.reduce_scatter(x.comm, algo.pol, maybe_null(in.data(), c, k), n * c, maybe_null(out.data(), c, k), c);
+        check_values(x, t, d, "out", out.data(), want.data(), c);
         check_guards(x, d, "out", out);
-        check_values<T>(x, d, "in (must be unchanged)", in.cspan(), original);
+        check_values(x, t, d, "in (must be unchanged)", in.data(), mine.data(), n * c);
         check_guards(x, d, "in", in);
     }
 }
 
-template <class Algo, class T>
-void case_broadcast(ctx& x, const char* algo, std::size_t c) {
-    constexpr pattern p = pattern::general;
+//! `t` is a copy-only entry (typed_of<T, copy_only>).
+inline void case_broadcast(ctx& x, const named_policy& algo, const typed& t, std::size_t c) {
     const std::uint64_t k = x.k++;
     const int root = int(k % std::uint64_t(x.n));
     const std::size_t oi = off_in(x, k);
-    const std::string d = describe(x, "broadcast", algo, type_name<T>(), "-", c, true, oi, oi, root);
-    guarded<T> buf(c, oi);
-    fill(buf, p, x.rank); // differs from the root's values on every other rank
-    chorus::broadcast<Algo>(x.comm, maybe_null(buf.span(), c, k), root);
-    check_values<T>(x, d, "buf", buf.cspan(), [&](std::size_t i) { return gen<T>(p, root, i); });
+    const std::string d = describe(x, "broadcast", algo.name, t.type, "-", c, true, oi, oi, root);
+    guarded_bytes buf(t.elem, c, oi);
+    // Differs from the root's values on every other rank.
+    const std::vector<unsigned char> mine = input_of(t, x.rank, 0, c, true), want = input_of(t, root, 0, c, true);
+    if (c != 0) std::memcpy(buf.data(), mine.data(), mine.size());
+    t.broadcast(x.comm, algo.pol, maybe_null(buf.data(), c, k), c, root);
+    check_values(x, t, d, "buf", buf.data(), want.data(), c);
     check_guards(x, d, "buf", buf);
 }
 
-template <class Algo, class T, class Op>
-void case_reduce(ctx& x, const char* algo, std::size_t c, bool in_place, Op op) {
-    constexpr pattern p = pattern_for<T, Op>();
+inline void case_reduce(ctx& x, const named_policy& algo, const typed& t, std::size_t c, bool in_place) {
     const std::uint64_t k = x.k++;
     const int root = int((k * 7 + 3) % std::uint64_t(x.n));
     const bool is_root = x.rank == root;
     const std::size_t oi = off_in(x, k), oo = off_out(x, k);
-    const std::string d =
-        describe(x, "reduce", algo, type_name<T>(), op_name<Op>(), c, in_place, oi, in_place ? oi : oo, root);
-    guarded<T> in(c, oi);
-    fill(in, p, x.rank);
-    auto expect = [&](std::size_t i) { return expected_at<T>(x, op, p, i); };
-    auto original = [&](std::size_t i) { return gen<T>(p, x.rank, i); };
+    const std::string d = describe(x, "reduce", algo.name, t.type, t.op, c, in_place, oi, in_place ? oi : oo, root);
+    guarded_bytes in(t.elem, c, oi);
+    const std::vector<unsigned char> mine = input_of(t, x.rank, 0, c), want = reduced_of(x, t, 0, c);
+    if (c != 0) std::memcpy(in.data(), mine.data(), mine.size());
     if (in_place) {
         // Non-roots pass either an empty `out` or `in` itself; both are ignored.
-        std::span<T> out = is_root || k % 2 ? in.span() : std::span<T>();
-        chorus::reduce<Algo>(x.comm, std::span<const T>(in.span()), out, op, root);
-        if (is_root) check_values<T>(x, d, "buf at the root", in.cspan(), expect);
-        else check_values<T>(x, d, "in at a non-root (must be unchanged)", in.cspan(), original);
+        const bool give = is_root || k % 2;
+        t.reduce(x.comm, algo.pol, in.data(), c, give ? in.data() : nullptr, give ? c : 0, root);
+        if (is_root) check_values(x, t, d, "buf at the root", in.data(), want.data(), c);
+        else check_values(x, t, d, "in at a non-root (must be unchanged)", in.data(), mine.data(), c);
         check_guards(x, d, "buf", in);
     } else {
-        guarded<T> out(c, oo);
-        std::span<T> o = is_root || k % 2 ? out.span() : std::span<T>();
-        chorus::reduce<Algo>(x.comm, maybe_null(in.cspan(), c, k), maybe_null(o, c, k), op, root);
+        guarded_bytes out(t.elem, c, oo);
+        const bool give = is_root || k % 2;
+        unsigned char* o = give ? out.data() : nullptr;
+        t.reduce(x.comm, algo.pol, maybe_null(in.data(), c, k), c, maybe_null(o, c, k), give ? c : 0, root);
         if (is_root) {
-            check_values<T>(x, d, "out at the root", out.cspan(), expect);
+            check_values(x, t, d, "out at the root", out.data(), want.data(), c);
         } else {
             for (std::size_t i = 0; i < c; ++i)
                 if (!out.untouched(i)) {
@@ -402,9 +510,31 @@ void case_reduce(ctx& x, const char* algo, std::size_t c, bool in_place, Op op) 
                 }
         }
         check_guards(x, d, "out", out);
-        check_values<T>(x, d, "in (must be unchanged)", in.cspan(), original);
+        check_values(x, t, d, "in (must be unchanged)", in.data(), mine.data(), c);
         check_guards(x, d, "in", in);
     }
+}
+
+// The typed front doors: what the matrices call.
+template <class T, class Op>
+void case_all_reduce(ctx& x, const named_policy& algo, std::size_t c, bool in_place, Op) {
+    case_all_reduce(x, algo, typed_of<T, Op>(), c, in_place);
+}
+template <class T>
+void case_all_gather(ctx& x, const named_policy& algo, std::size_t c, bool in_place) {
+    case_all_gather(x, algo, typed_of<T, chorus::detail::copy_only>(), c, in_place);
+}
+template <class T, class Op>
+void case_reduce_scatter(ctx& x, const named_policy& algo, std::size_t c, bool in_place, Op) {
+    case_reduce_scatter(x, algo, typed_of<T, Op>(), c, in_place);
+}
+template <class T>
+void case_broadcast(ctx& x, const named_policy& algo, std::size_t c) {
+    case_broadcast(x, algo, typed_of<T, chorus::detail::copy_only>(), c);
+}
+template <class T, class Op>
+void case_reduce(ctx& x, const named_policy& algo, std::size_t c, bool in_place, Op) {
+    case_reduce(x, algo, typed_of<T, Op>(), c, in_place);
 }
 
 } // namespace

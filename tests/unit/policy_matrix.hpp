@@ -1,8 +1,10 @@
 #pragma once
 //! Every algorithm policy against the serial reference on the threads
-//! backend (the ring's own, larger matrix is test_collectives.cpp):
+//! backend (the ring's own, larger matrix is types_matrix.hpp):
 //!   policies: see test_policies_*.cpp, each with its default tuning and a
-//!     tuned variant (several channels, tiny chunks: many ragged units)
+//!     tuned variant (several channels, tiny chunks: many ragged units),
+//!     as run-time values: each case below is instantiated once per
+//!     (type, operator) and serves every policy
 //!   x collectives {all_reduce, all_gather, reduce_scatter, broadcast, reduce}
 //!   x (type, operator) pairs: every operator on int32 and float (sanitizer
 //!     builds: sum, max, bit_xor on int32, sum and avg on float), sum and
@@ -30,64 +32,63 @@ inline std::vector<std::size_t> policy_counts(int n, std::size_t extra) {
 }
 
 //! One policy's cases on one communicator (the same sequence on every rank).
-template <class Algo, bool Full>
-void policy_cases(ctx& x, const char* name) {
+inline void policy_cases(ctx& x, const named_policy& algo, bool full) {
     const int n = x.n;
-    const auto counts = policy_counts(n, Full ? 1009 : 211);
+    const auto counts = policy_counts(n, full ? 1009 : 211);
     auto ar = [&]<class T>(T*, auto op) {
         for (std::size_t c : counts)
-            for (bool ip : {false, true}) case_all_reduce<Algo, T>(x, name, c, ip, op);
+            for (bool ip : {false, true}) case_all_reduce<T>(x, algo, c, ip, op);
     };
-#if defined(CHORUS_TEST_REDUCED_MATRIX) // sanitizer builds: the same paths, fewer operators (see test_collectives.cpp)
+#if defined(CHORUS_TEST_REDUCED_MATRIX) // sanitizer builds: the same paths, fewer operators (run time)
     for_each_op<op_list<chorus::sum, chorus::max, chorus::bit_xor>>([&](auto op) { ar(static_cast<std::int32_t*>(nullptr), op); });
     for_each_op<op_list<chorus::sum, chorus::avg>>([&](auto op) { ar(static_cast<float*>(nullptr), op); });
 #else
     for_each_op<all_integral_ops>([&](auto op) { ar(static_cast<std::int32_t*>(nullptr), op); });
     for_each_op<all_float_ops>([&](auto op) { ar(static_cast<float*>(nullptr), op); });
 #endif
-    if constexpr (!Algo::reorders_operands) ar(static_cast<affine*>(nullptr), compose_op{});
-    if constexpr (!Full) return;
-    else {
+    if (!algo.pol.reorders_operands()) ar(static_cast<affine*>(nullptr), compose_op{});
+    if (!full) return;
+    {
         ar(static_cast<std::int8_t*>(nullptr), chorus::sum{});
         ar(static_cast<std::int8_t*>(nullptr), chorus::avg{});
         ar(static_cast<double*>(nullptr), chorus::sum{});
         ar(static_cast<indexed*>(nullptr), argmax_op{});
         for (std::size_t c : counts)
             for (bool ip : {false, true}) {
-                case_reduce_scatter<Algo, std::int32_t>(x, name, c, ip, chorus::bit_xor{});
-                case_reduce_scatter<Algo, float>(x, name, c, ip, chorus::avg{});
-                case_reduce_scatter<Algo, std::int8_t>(x, name, c, ip, chorus::sum{});
-                case_reduce<Algo, std::int32_t>(x, name, c, ip, chorus::max{});
-                case_reduce<Algo, float>(x, name, c, ip, chorus::sum{});
-                case_reduce<Algo, double>(x, name, c, ip, chorus::avg{});
-                case_all_gather<Algo, std::int8_t>(x, name, c, ip);
-                case_all_gather<Algo, double>(x, name, c, ip);
-                if constexpr (!Algo::reorders_operands) {
-                    case_reduce_scatter<Algo, affine>(x, name, c, ip, compose_op{});
-                    case_reduce<Algo, affine>(x, name, c, ip, compose_op{});
+                case_reduce_scatter<std::int32_t>(x, algo, c, ip, chorus::bit_xor{});
+                case_reduce_scatter<float>(x, algo, c, ip, chorus::avg{});
+                case_reduce_scatter<std::int8_t>(x, algo, c, ip, chorus::sum{});
+                case_reduce<std::int32_t>(x, algo, c, ip, chorus::max{});
+                case_reduce<float>(x, algo, c, ip, chorus::sum{});
+                case_reduce<double>(x, algo, c, ip, chorus::avg{});
+                case_all_gather<std::int8_t>(x, algo, c, ip);
+                case_all_gather<double>(x, algo, c, ip);
+                if (!algo.pol.reorders_operands()) {
+                    case_reduce_scatter<affine>(x, algo, c, ip, compose_op{});
+                    case_reduce<affine>(x, algo, c, ip, compose_op{});
                 }
             }
         for (std::size_t c : counts) {
-            case_broadcast<Algo, std::int32_t>(x, name, c);
-            case_broadcast<Algo, double>(x, name, c);
+            case_broadcast<std::int32_t>(x, algo, c);
+            case_broadcast<double>(x, algo, c);
         }
     }
 }
 
-//! Runs the cases of policy Algo for n = 1..9; returns calls per rank.
-template <class Algo, bool Full = true>
-std::uint64_t run_policy(const char* name) {
+//! Runs the cases of a policy for n = 1..9 (`full`: every collective, else
+//! AllReduce only); returns calls per rank.
+inline std::uint64_t run_policy(const named_policy& algo, bool full = true) {
     failure_log log;
     std::uint64_t calls = 0;
     for (int n = 1; n <= 9; ++n) {
-        INFO(name << " on " << n << " ranks");
+        INFO(algo.name << " on " << n << " ranks");
         std::atomic<std::uint64_t> ran{0};
         try {
             chorus::run_threads(n, [&](comm_t& comm) {
                 comm.set_timeout(std::chrono::seconds(60));
                 ctx x{comm, log, n, comm.rank()};
                 x.k = std::uint64_t(n) * 5;
-                policy_cases<Algo, Full>(x, name);
+                policy_cases(x, algo, full);
                 if (x.rank == 0) ran = x.k;
             });
         } catch (const std::exception& e) {

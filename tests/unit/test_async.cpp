@@ -1,6 +1,7 @@
 // The asynchronous forms: overlap with the caller's work, many operations in
 // flight on one communicator (in issue order), sync calls queued behind
-// pending async ones, and chorus::future's semantics.
+// pending async ones, an operator with state (the async call keeps its own
+// copy, the caller's may go), and chorus::future's semantics.
 
 #include "test_util.hpp"
 
@@ -193,6 +194,42 @@ TEST_CASE("100 collectives in flight on one communicator complete correctly and 
             failures += bad;
         });
         CHECK(failures == 0);
+    }
+}
+
+namespace {
+//! An operator with data: a + k * b (not commutative, so order-keeping policies only).
+struct add_scaled {
+    int k = 3;
+    int operator()(int a, int b) const { return a + k * b; }
+};
+} // namespace
+
+TEST_CASE("async calls keep their own copy of an operator with state") {
+    for (const int n : {2, 3}) {
+        CAPTURE(n);
+        failure_log log;
+        chorus::run_threads(n, [&](comm_t& comm) {
+            const int r = comm.rank();
+            std::vector<int> in(257), a(257), b(257);
+            for (std::size_t i = 0; i < in.size(); ++i) in[i] = int(i % 5) + r;
+            std::vector<chorus::future> fs;
+            {
+                const add_scaled op{}; // gone before the calls run
+                fs.push_back(chorus::all_reduce_async<chorus::direct<>>(comm, cview(in), std::span<int>(a), op));
+                fs.push_back(chorus::all_reduce_async<chorus::two_shot<>>(comm, cview(in), std::span<int>(b), op));
+            }
+            for (auto& f : fs) f.get();
+            for (std::size_t i = 0; i < in.size(); ++i) {
+                int want = int(i % 5); // the left fold in rank order: acc = acc + 3 * x_q
+                for (int q = 1; q < n; ++q) want = want + 3 * (int(i % 5) + q);
+                if (a[i] != want || b[i] != want)
+                    log.add("rank " + std::to_string(r) + " element " + std::to_string(i) + ": " +
+                            std::to_string(a[i]) + " / " + std::to_string(b[i]) + ", expected " +
+                            std::to_string(want));
+            }
+        });
+        log.report();
     }
 }
 

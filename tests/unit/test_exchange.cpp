@@ -10,10 +10,22 @@
 //   * End to end on the threads backend against serial references: every
 //     collective x n = 1..9 x ragged counts (zeros; one rank with none and
 //     another with many) x in place / out of place x buffers offset by one
-//     element on some ranks (guards checked) x policies x element types.
-//   * Async forms (counts freed right after issuing), bad input (each
-//     argument named), counts that disagree between ranks, and send/recv:
-//     ordering, sizes 0 .. 4 MiB, mismatch, timeouts, a peer that returned.
+//     element on some ranks (guards checked) x every policy (ring, direct,
+//     hierarchical, tree, recursive_doubling, rabenseifner, two_shot,
+//     automatic, deterministic with their default tuning; ring with 3
+//     channels x 16 B, direct with 2 x 32 B) x element types uint8, int32,
+//     float, double (ReduceScatterV with sum, max and avg), and, for the
+//     policies that keep operand order, a non-commutative user operator on
+//     an 8-byte user type. Policies are run-time values: run_case<T, Op>
+//     calls chorus::detail::*_run, one instantiation per (type, operator).
+//   * Large ragged counts (a million elements on one rank).
+//   * Async forms (counts freed right after issuing; every policy through
+//     the run functions' async flag), the public template API
+//     (chorus::all_to_all<chorus::ring<>> etc., sync and async), bad input
+//     (each argument named; policy values refused as the policy types are
+//     at compile time), counts or policies that disagree between ranks, and
+//     send/recv: ordering, sizes 0 .. 4 MiB, mismatch, timeouts, a peer that
+//     returned.
 
 #include "test_util.hpp"
 
@@ -453,20 +465,29 @@ peer_traffic traffic(const chorus::exchange_schedule& s) {
 // ----------------------------------------------------------------------------
 // End-to-end helpers.
 
+
 template <class T>
 T value_of(int rank, u64 i) {
-    if constexpr (sizeof(T) == 1) return static_cast<T>((rank * 31 + int(i % 251) * 7 + 1) & 0x7f);
+    if constexpr (std::is_same_v<T, affine>) return {std::uint32_t(rank * 2 + 1), std::uint32_t(rank * 1000 + int(i))};
+    else if constexpr (sizeof(T) == 1) return static_cast<T>((rank * 31 + int(i % 251) * 7 + 1) & 0x7f);
     else return static_cast<T>(rank * 1000 + int(i % 997) + 1);
 }
 //! Small values for reductions: sums over 9 ranks stay exact in every type.
 template <class T>
 T red_value(int rank, u64 i) {
-    return static_cast<T>((rank * 3 + int(i % 13)) % 11 + 1);
+    const int g = (rank * 3 + int(i % 13)) % 11 + 1;
+    if constexpr (std::is_same_v<T, affine>)
+        return {std::uint32_t(2 * g + 1), std::uint32_t(rank * 7919) + std::uint32_t(i)};
+    else return static_cast<T>(g);
 }
 
 template <class T, class Op>
 T red_reference(int n, u64 i) {
-    if constexpr (std::is_same_v<Op, chorus::max>) {
+    if constexpr (std::is_same_v<Op, compose_op>) {
+        T acc = red_value<T>(0, i); // in rank order
+        for (int q = 1; q < n; ++q) acc = Op{}(acc, red_value<T>(q, i));
+        return acc;
+    } else if constexpr (std::is_same_v<Op, chorus::max>) {
         int m = 0;
         for (int q = 0; q < n; ++q) m = std::max(m, int(red_value<T>(q, i)));
         return static_cast<T>(m);
@@ -478,28 +499,31 @@ T red_reference(int n, u64 i) {
     }
 }
 
+template <class T>
+const char* type_name() {
+    if constexpr (std::is_same_v<T, affine>) return "affine";
+    else return chorus::element_traits<T>::name();
+}
+
 std::vector<std::size_t> sizes(const std::vector<u64>& c) { return std::vector<std::size_t>(c.begin(), c.end()); }
 
-//! Runs one call shape on one rank and checks its result; failures go to `log`.
-template <class Algo, class T, class Op = chorus::sum>
-void run_case(comm_t& comm, const shape& sh, bool in_place, std::size_t off, failure_log& log, const std::string& tag,
-              bool async = false) {
+
+//! Runs one call shape on one rank with policy `p` (chorus::detail::*_run:
+//! one instantiation per (type, operator) serves every policy) and checks
+//! its result; failures go to `log`. Op: ReduceScatterV's operator.
+template <class T, class Op = chorus::sum>
+void run_case(comm_t& comm, const named_policy& p, const shape& sh, bool in_place, std::size_t off, failure_log& log,
+              const std::string& tag, bool async = false) {
     const int r = comm.rank(), n = comm.size();
     const std::vector<std::size_t> cnt = sizes(sh.counts);
     const std::span<const std::size_t> cs(cnt);
     const std::size_t in_len = sh.in_len(r), out_len = sh.out_len(r);
     const bool reducing = sh.coll == collective::reduce_scatterv;
     auto val = [&](int q, u64 i) { return reducing ? red_value<T>(q, i) : value_of<T>(q, i); };
-    std::string where_ = tag + " " + coll_name(sh.coll) + " n=" + std::to_string(n) + " rank " + std::to_string(r) +
-                         (in_place ? " in place" : " out of place") + " offset " + std::to_string(off);
-    auto issue = [&](auto&& call_sync, auto&& call_async) {
-        if (async) {
-            chorus::future f = call_async();
-            f.wait();
-        } else {
-            call_sync();
-        }
-    };
+    std::string where_ = tag + " " + p.name + " " + type_name<T>() + (reducing ? std::string(" ") + Op::name : "") +
+                         " " + coll_name(sh.coll) + " n=" + std::to_string(n) + " rank " + std::to_string(r) +
+                         (in_place ? " in place" : " out of place") + " offset " + std::to_string(off) +
+                         (async ? " async" : "");
     // big: the in-place buffer (or out); small: in for out of place.
     std::size_t big_len = in_place ? std::max(in_len, out_len) : out_len;
     if (reducing && in_place) big_len = in_len;
@@ -527,24 +551,19 @@ void run_case(comm_t& comm, const shape& sh, bool in_place, std::size_t off, fai
     }
     const std::span<const T> in_c(in_s.data(), in_s.size());
     try {
+        namespace d = chorus::detail;
+        chorus::future f;
         switch (sh.coll) {
-        case collective::all_to_all:
-            issue([&] { chorus::all_to_all<Algo>(comm, in_c, out_s); },
-                  [&] { return chorus::all_to_all_async<Algo>(comm, in_c, out_s); });
-            break;
-        case collective::all_gatherv:
-            issue([&] { chorus::all_gatherv<Algo>(comm, in_c, out_s, cs); },
-                  [&] { return chorus::all_gatherv_async<Algo>(comm, in_c, out_s, cs); });
-            break;
-        case collective::reduce_scatterv:
-            issue([&] { chorus::reduce_scatterv<Algo>(comm, in_c, out_s, cs, Op{}); },
-                  [&] { return chorus::reduce_scatterv_async<Algo>(comm, in_c, out_s, cs, Op{}); });
-            break;
-        default:
-            issue([&] { chorus::all_to_allv<Algo>(comm, in_c, out_s, cs); },
-                  [&] { return chorus::all_to_allv_async<Algo>(comm, in_c, out_s, cs); });
-            break;
+        case collective::all_to_all: f = d::all_to_all_run(comm, p.pol, in_c, out_s, async); break;
+        case collective::all_gatherv: f = d::all_gatherv_run(comm, p.pol, in_c, out_s, cs, async); break;
+        case collective::reduce_scatterv: f = d::reduce_scatterv_run(comm, p.pol, in_c, out_s, cs, Op{}, async); break;
+        default: f = d::all_to_allv_run(comm, p.pol, in_c, out_s, cs, async); break;
         }
+        if (async != f.valid()) {
+            log.add(where_ + ": the call returned " + (f.valid() ? "a future" : "no future"));
+            return;
+        }
+        if (async) f.wait();
     } catch (const std::exception& e) {
         log.add(where_ + ": threw " + e.what());
         return;
@@ -574,9 +593,10 @@ void run_case(comm_t& comm, const shape& sh, bool in_place, std::size_t off, fai
     if (!big.guards_intact() || !small.guards_intact()) log.add(where_ + ": a guard element was written");
 }
 
-//! Every collective, pattern and placement for one (policy, type) on n ranks.
-template <class Algo, class T, bool AllOps>
-void suite(int n, failure_log& log, const std::string& tag) {
+//! Every collective, pattern and placement for one (policy, type) on n
+//! ranks; ReduceScatterV once per operator in Op0, Ops..., the copies once.
+template <class T, class Op0, class... Ops>
+void suite(const named_policy& p, int n, failure_log& log) {
     std::mt19937 rng(unsigned(1000 + n)); // the same matrices on every rank: drawn before the threads start
     const u64 many = under_tsan ? 300 : 1021;
     std::vector<shape> shapes;
@@ -596,29 +616,45 @@ void suite(int n, failure_log& log, const std::string& tag) {
                 // Every rank calls in place or not as it likes (AllToAllV: where sizes allow).
                 const bool ip = placement == 1 && sh.in_place_ok(r) && (r + k) % 3 != 0;
                 const std::size_t off = std::size_t((r + k) % 2);
-                if (sh.coll == collective::reduce_scatterv) {
-                    run_case<Algo, T, chorus::sum>(comm, sh, ip, off, log, tag);
-                    if constexpr (AllOps) {
-                        run_case<Algo, T, chorus::max>(comm, sh, ip, off, log, tag + " max");
-                        run_case<Algo, T, chorus::avg>(comm, sh, ip, off, log, tag + " avg");
-                    }
-                } else {
-                    run_case<Algo, T>(comm, sh, ip, off, log, tag);
-                }
+                if (sh.coll == collective::reduce_scatterv)
+                    for (auto* run : {&run_case<T, Op0>, &run_case<T, Ops>...})
+                        run(comm, p, sh, ip, off, log, "suite", false);
+                else run_case<T, Op0>(comm, p, sh, ip, off, log, "suite");
             }
         }
     });
 }
 
-template <class Algo, class T, bool AllOps>
-void suite_all_n(const std::string& tag) {
-    failure_log log;
-    for (int n = 1; n <= 9; ++n) suite<Algo, T, AllOps>(n, log, tag);
-    log.report();
-}
-
 using ring_tiny = chorus::ring<{.channels = 3, .chunk_bytes = 16}>;
 using direct_tiny = chorus::direct<{.channels = 2, .chunk_bytes = 32}>;
+
+//! Every policy, each with its default tuning, and two tuned to several
+//! channels and tiny chunks (many ragged units). The exchange collectives
+//! run the exchange schedule whatever the policy, with its tuning.
+const named_policy policies[] = {
+    {"ring<>", chorus::policy_of<chorus::ring<>>},
+    {"direct<>", chorus::policy_of<chorus::direct<>>},
+    {"hierarchical<>", chorus::policy_of<chorus::hierarchical<>>},
+    {"tree<>", chorus::policy_of<chorus::tree<>>},
+    {"recursive_doubling<>", chorus::policy_of<chorus::recursive_doubling<>>},
+    {"rabenseifner<>", chorus::policy_of<chorus::rabenseifner<>>},
+    {"two_shot<>", chorus::policy_of<chorus::two_shot<>>},
+    {"automatic", chorus::policy_of<chorus::automatic>},
+    {"deterministic<>", chorus::policy_of<chorus::deterministic<>>},
+    {"ring<3ch,16B>", chorus::policy_of<ring_tiny>},
+    {"direct<2ch,32B>", chorus::policy_of<direct_tiny>},
+};
+
+//! suite() on n = 1..9 for every policy (`order_keeping_only`: those that keep operand order).
+template <class T, class... Ops>
+void suite_all(bool order_keeping_only = false) {
+    for (const named_policy& p : policies) {
+        if (order_keeping_only && p.pol.reorders_operands()) continue;
+        failure_log log;
+        for (int n = 1; n <= 9; ++n) suite<T, Ops...>(p, n, log);
+        log.report();
+    }
+}
 
 template <class F>
 chorus::errc code_of(F&& f, std::string* what = nullptr) {
@@ -725,30 +761,25 @@ TEST_CASE("exchange schedules: every interleaving sampled is race-free, deadlock
     MESSAGE("simulated runs: " << runs);
 }
 
-TEST_CASE("exchange collectives match a serial reference - ring and int32") {
-    suite_all_n<chorus::ring<>, std::int32_t, true>("ring<> int32");
+TEST_CASE("exchange collectives match a serial reference - uint8, every policy") {
+    suite_all<std::uint8_t, chorus::sum, chorus::max, chorus::avg>();
 }
-TEST_CASE("exchange collectives match a serial reference - direct and float") {
-    suite_all_n<chorus::direct<>, float, true>("direct<> float");
+TEST_CASE("exchange collectives match a serial reference - int32, every policy") {
+    suite_all<std::int32_t, chorus::sum, chorus::max, chorus::avg>();
 }
-TEST_CASE("exchange collectives match a serial reference - hierarchical and uint8") {
-    suite_all_n<chorus::hierarchical<>, std::uint8_t, true>("hierarchical<> uint8");
+TEST_CASE("exchange collectives match a serial reference - float, every policy") {
+    suite_all<float, chorus::sum, chorus::max, chorus::avg>();
 }
-TEST_CASE("exchange collectives match a serial reference - the other policy and type pairs") {
-    suite_all_n<chorus::ring<>, float, false>("ring<> float");
-    suite_all_n<chorus::ring<>, std::uint8_t, false>("ring<> uint8");
-    suite_all_n<chorus::direct<>, std::int32_t, false>("direct<> int32");
-    suite_all_n<chorus::direct<>, std::uint8_t, false>("direct<> uint8");
-    suite_all_n<chorus::hierarchical<>, std::int32_t, false>("hierarchical<> int32");
-    suite_all_n<chorus::hierarchical<>, float, false>("hierarchical<> float");
+TEST_CASE("exchange collectives match a serial reference - double, every policy") {
+    suite_all<double, chorus::sum, chorus::max, chorus::avg>();
 }
-TEST_CASE("exchange collectives with several channels and tiny chunks") {
-    suite_all_n<ring_tiny, std::int32_t, false>("ring<3ch,16B> int32");
-    suite_all_n<direct_tiny, std::uint8_t, true>("direct<2ch,32B> uint8");
+TEST_CASE("exchange collectives match a serial reference - a non-commutative operator keeps rank order") {
+    suite_all<affine, compose_op>(true);
 }
 
 TEST_CASE("exchange collectives with large ragged counts") {
     // rank 0 contributes nothing, rank 1 about a million elements.
+    const named_policy ring_2ch_64k{"ring<2ch,64KiB>", chorus::policy_of<chorus::ring<{2, 64 << 10}>>};
     failure_log log;
     const u64 big = under_tsan ? 100003 : 1000003;
     for (int n : {2, 3, 5}) {
@@ -766,14 +797,14 @@ TEST_CASE("exchange collectives with large ragged counts") {
             comm.set_timeout(120s);
             for (const shape& sh : shapes)
                 for (int ip = 0; ip < 2; ++ip)
-                    run_case<chorus::ring<{.channels = 2, .chunk_bytes = 64 << 10}>, float>(
-                        comm, sh, ip == 1 && sh.in_place_ok(comm.rank()), std::size_t(comm.rank() % 2), log, "large");
+                    run_case<float>(comm, ring_2ch_64k, sh, ip == 1 && sh.in_place_ok(comm.rank()),
+                                    std::size_t(comm.rank() % 2), log, "large");
         });
     }
     log.report();
 }
 
-TEST_CASE("exchange collectives async - several in flight, counts freed after issuing") {
+TEST_CASE("exchange collectives async - several in flight, counts freed after issuing; the public API") {
     failure_log log;
     for (int n : {1, 3, 4}) {
         chorus::run_threads(n, [&](comm_t& comm) {
@@ -817,30 +848,51 @@ TEST_CASE("exchange collectives async - several in flight, counts freed after is
                 return;
             }
             const shape a2a{collective::all_to_all, n, blk, {}};
-            auto check_copy = [&](const shape& sh, const std::vector<std::int32_t>& out, const char* what) {
+            auto check_copy = [&](const shape& sh, const std::vector<std::int32_t>& out, const std::string& what) {
                 for (u64 j = 0; j < out.size(); ++j) {
                     int src = 0;
                     u64 index = 0;
                     sh.source(r, j, src, index);
                     if (out[j] != value_of<std::int32_t>(src, index)) {
-                        log.add(std::string(what) + " wrong at " + std::to_string(j));
+                        log.add(what + " wrong at " + std::to_string(j));
                         return;
                     }
                 }
             };
-            check_copy(a2a, a_out, "all_to_all_async");
-            check_copy(agv, g_out, "all_gatherv_async");
-            check_copy(a2av, v_out, "all_to_allv_async");
-            for (u64 j = 0; j < s_out.size(); ++j)
-                if (s_out[j] != red_reference<std::int32_t, chorus::sum>(n, rsv.displ(r) + j)) {
-                    log.add("reduce_scatterv_async wrong at " + std::to_string(j));
-                    break;
-                }
-            // One async call through run_case too (per collective).
-            int k = 0;
-            for (const shape& sh : {a2a, agv, rsv, a2av})
-                run_case<chorus::ring<>, std::int32_t>(comm, sh, ++k % 2 == 0 && sh.in_place_ok(r), 1, log, "async",
-                                                       true);
+            auto check_all = [&](const std::string& how) {
+                check_copy(a2a, a_out, "all_to_all" + how);
+                check_copy(agv, g_out, "all_gatherv" + how);
+                check_copy(a2av, v_out, "all_to_allv" + how);
+                for (u64 j = 0; j < s_out.size(); ++j)
+                    if (s_out[j] != red_reference<std::int32_t, chorus::sum>(n, rsv.displ(r) + j)) {
+                        log.add("reduce_scatterv" + how + " wrong at " + std::to_string(j));
+                        break;
+                    }
+            };
+            check_all("_async");
+            // The same calls, sync, through the public API with policy types.
+            for (auto* v : {&a_out, &g_out, &s_out, &v_out}) std::fill(v->begin(), v->end(), -1);
+            try {
+                const std::vector<std::size_t> cs = sizes(c), ms = sizes(m);
+                chorus::all_to_all<chorus::ring<>>(comm, std::span<const std::int32_t>(a_in), std::span(a_out));
+                chorus::all_gatherv<chorus::direct<>>(comm, std::span<const std::int32_t>(g_in), std::span(g_out),
+                                                      std::span<const std::size_t>(cs));
+                chorus::reduce_scatterv<chorus::hierarchical<>>(comm, std::span<const std::int32_t>(s_in),
+                                                                std::span(s_out), std::span<const std::size_t>(cs),
+                                                                chorus::sum{});
+                chorus::all_to_allv<ring_tiny>(comm, std::span<const std::int32_t>(v_in), std::span(v_out),
+                                               std::span<const std::size_t>(ms));
+            } catch (const std::exception& e) {
+                log.add(std::string("the public API threw ") + e.what());
+                return;
+            }
+            check_all("<Algo>");
+            // Each policy: one async call per collective through run_case too.
+            for (const named_policy& p : policies) {
+                int k = 0;
+                for (const shape& sh : {a2a, agv, rsv, a2av})
+                    run_case<std::int32_t>(comm, p, sh, ++k % 2 == 0 && sh.in_place_ok(r), 1, log, "async", true);
+            }
         });
     }
     log.report();
@@ -889,7 +941,7 @@ TEST_CASE("exchange collectives reject bad input naming the argument") {
         expect([&] { chorus::all_to_allv(comm, std::span<const int>(b).first(sends), std::span(b).first(recvs), sm); },
                "in.size() == out.size()");
         const std::size_t huge = std::numeric_limits<std::size_t>::max();
-        const std::vector<std::size_t> mo{huge, 1, 1, 1};
+        const std::vector<std::size_t> mo{huge, 1, 1, 1}, one_each{1, 1};
         expect([&] {
             chorus::all_to_allv(comm, ca.first(sends), std::span(b).first(recvs), std::span<const std::size_t>(mo));
         }, "overflows");
@@ -902,6 +954,28 @@ TEST_CASE("exchange collectives reject bad input naming the argument") {
         expect([&] { chorus::send(comm, ca, -1); }, "`peer`");
         expect([&] { chorus::recv(comm, std::span(b), r); }, "`peer`");
         expect([&] { chorus::recv(comm, std::span<int>(static_cast<int*>(nullptr), 3), 1 - r); }, "`buf`");
+        // A policy value is refused as the policy types are at compile time.
+        const std::span<const std::size_t> ones(one_each);
+        std::vector<affine> ain(2), aout(1);
+        expect([&] {
+            chorus::detail::reduce_scatterv_run(comm, chorus::policy_of<chorus::ring<>>,
+                                                std::span<const affine>(ain), std::span(aout), ones, compose_op{},
+                                                false);
+        }, "reorders operands");
+        expect([&] {
+            chorus::detail::all_to_all_run(comm, chorus::policy::fixed(chorus::algorithm::ring, {0, 256}), ca,
+                                           std::span(b), false);
+        }, "channel(s)");
+        expect([&] {
+            chorus::detail::all_gatherv_run(comm, chorus::policy::fixed(chorus::algorithm::direct, {1, 8}),
+                                            ca.first(1), std::span(b).first(2), ones, false);
+        }, "chunk_bytes 8");
+        expect([&] {
+            chorus::detail::all_to_allv_run(
+                comm,
+                chorus::policy::hierarchical(chorus::algorithm::tree, {1, 256}, chorus::algorithm::ring, {1, 256}),
+                ca.first(2), std::span(b).first(2), std::span<const std::size_t>(m).first(4), false);
+        }, "ring or direct phases");
         // Nothing above reached the backend: the communicator still works.
         std::vector<int> o(4);
         const std::vector<std::size_t> one{1, 3};
@@ -911,32 +985,43 @@ TEST_CASE("exchange collectives reject bad input naming the argument") {
     });
 }
 
-TEST_CASE("exchange collectives whose counts differ between ranks fail with errc::mismatch") {
-    for (bool checked : {false, true}) {
-        std::atomic<int> mismatches{0};
-        std::vector<std::string> whats(2);
-        chorus::run_threads(2, [&](comm_t& comm) {
-            comm.set_timeout(20s);
-            comm.set_checked(checked);
-            const int r = comm.rank();
-            // rank 0 says {2, 2}, rank 1 says {1, 3}: both consistent with their own sizes
-            const std::vector<std::size_t> c = r == 0 ? std::vector<std::size_t>{2, 2} : std::vector<std::size_t>{1, 3};
-            std::vector<int> in(c[std::size_t(r)], r), out(4);
-            std::string w;
-            const chorus::errc e = code_of(
-                [&] {
-                    chorus::all_gatherv(comm, std::span<const int>(in), std::span(out),
-                                        std::span<const std::size_t>(c));
-                },
-                &w);
-            if (e == chorus::errc::mismatch) ++mismatches;
-            whats[std::size_t(r)] = w;
-        });
-        CAPTURE(checked);
-        CAPTURE(whats[0]);
-        CAPTURE(whats[1]);
-        CHECK(mismatches == 2);
-        CHECK(contains(whats[0], "counts #"));
+TEST_CASE("exchange collectives whose counts or policies differ between ranks fail with errc::mismatch") {
+    for (bool policies_differ : {false, true}) {
+        for (bool checked : {false, true}) {
+            std::atomic<int> mismatches{0};
+            std::vector<std::string> whats(2);
+            chorus::run_threads(2, [&](comm_t& comm) {
+                comm.set_timeout(20s);
+                comm.set_checked(checked);
+                const int r = comm.rank();
+                // Counts: rank 0 says {2, 2}, rank 1 says {1, 3}: both consistent with their own sizes.
+                // Policies: the same counts, rank 0 ring<>, rank 1 direct<> (another tuning).
+                const std::vector<std::size_t> c = r == 0 || policies_differ ? std::vector<std::size_t>{2, 2}
+                                                                             : std::vector<std::size_t>{1, 3};
+                std::vector<int> in(c[std::size_t(r)], r), out(4);
+                std::string w;
+                const chorus::errc e = code_of(
+                    [&] {
+                        if (policies_differ)
+                            chorus::detail::all_gatherv_run(comm, policies[r == 0 ? 0 : 1].pol,
+                                                            std::span<const int>(in), std::span(out),
+                                                            std::span<const std::size_t>(c), false);
+                        else
+                            chorus::all_gatherv(comm, std::span<const int>(in), std::span(out),
+                                                std::span<const std::size_t>(c));
+                    },
+                    &w);
+                if (e == chorus::errc::mismatch) ++mismatches;
+                whats[std::size_t(r)] = w;
+            });
+            CAPTURE(policies_differ);
+            CAPTURE(checked);
+            CAPTURE(whats[0]);
+            CAPTURE(whats[1]);
+            CHECK(mismatches == 2);
+            if (policies_differ) CHECK((contains(whats[0], "direct<") || contains(whats[1], "ring<")));
+            else CHECK(contains(whats[0], "counts #"));
+        }
     }
 }
 

@@ -5,7 +5,23 @@
 // lane-parallel reduce-copy (vector interior, scalar head and tail, fan-in,
 // two destinations), the descriptor exchange, the first-contact call check,
 // the flag protocol, the deadline and the abort flag are all exercised
-// without a GPU, on the same schedules the kernels run.
+// without a GPU, on the same schedules the kernels run: what the GPU
+// backend launches, detail::lane_launch<T, Op, any_schedule> with
+// make_schedule(policy, args), one instantiation per (element type,
+// operator) whatever the policy (policies are run-time values here).
+// Covered: the reduce-copy alone (lanes x lengths x sources x destinations x
+// alignment); ring<> and direct<> (default and 2 channels x 64 B) x every
+// collective x n {1, 2, 3, 5} x counts x lanes {1, 3} x placement with
+// (float, sum), (int, max), (float, avg), (int8, sum); one world reused over
+// a sequence of calls (n up to 8); hierarchical<> over node splits with
+// channels as independent thread groups; every policy (ring, direct, tree,
+// recursive_doubling, rabenseifner, two_shot, hierarchical flat, automatic,
+// deterministic) x every collective with (float, sum) and, on up to 5 ranks
+// rotating over the counts, (int8, sum), (double, avg) and, for the policies
+// that keep operand order, a non-commutative user operator; a rank that
+// never joins (timeout, abort), calls that differ in count or in policy
+// (mismatch); and the GPU backend's host-side argument checks and failure
+// reports.
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
@@ -22,10 +38,14 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 using namespace chorus;
 using chorus::detail::status;
+using chorus_test::affine;
+using chorus_test::compose_op;
+using chorus_test::named_policy;
 
 namespace {
 
@@ -72,14 +92,17 @@ struct lane_world_host {
     detail::lane_world view() { return {table.data(), &abort, faults.data(), int(table.size())}; }
 };
 
-// Runs one collective: every (rank, channel) is a group of `lanes` threads.
-// `present[r] == false`: rank r never joins (its peers must time out).
-template <class T, class Op, class Algo>
-std::vector<status> run_lanes(lane_world_host& w, collective coll, int root, std::uint64_t count,
+// Runs one collective: every (rank, channel) is a group of `lanes` threads,
+// as the GPU backend launches it (the schedule of make_schedule(pol, args),
+// the call's signature with the policy's id). `present[r] == false`: rank r
+// never joins (its peers must time out). `pols`, when given, overrides the
+// policy per rank.
+template <class T, class Op>
+std::vector<status> run_lanes(lane_world_host& w, const policy& pol, collective coll, int root, std::uint64_t count,
                               const std::vector<const T*>& in, const std::vector<T*>& out, int lanes, Op op,
                               std::vector<std::vector<T>>& scratch, std::uint64_t timeout_ms = 20000,
                               const std::vector<bool>& present = {}, const std::vector<std::uint64_t>& counts = {},
-                              int node_size = 0) {
+                              int node_size = 0, const std::vector<policy>& pols = {}) {
     const int n = int(in.size());
     std::vector<status> result(std::size_t(n), status::ok);
     std::vector<std::thread> threads;
@@ -89,21 +112,25 @@ std::vector<status> run_lanes(lane_world_host& w, collective coll, int root, std
         detail::lane_shared<T> sh;
     };
     std::vector<std::unique_ptr<group>> groups;
-    std::vector<detail::lane_launch<T, Op, decltype(Algo::make_schedule(schedule_args{}))>> launches(static_cast<std::size_t>(n));
+    std::vector<detail::lane_launch<T, Op, any_schedule>> launches(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
+        const policy& p = pols.empty() ? pol : pols[std::size_t(r)];
         const std::uint64_t cnt = counts.empty() ? count : counts[std::size_t(r)];
         schedule_args a{coll, r, n, root, cnt, sizeof(T), false, node_size};
         a.in_place = in_place_call<T>(coll, in[std::size_t(r)], out[std::size_t(r)], r, cnt);
+        a.commutative = op_traits<Op>::commutative;
         auto& L = launches[std::size_t(r)];
-        L.sch = Algo::make_schedule(a);
+        L.sch = make_schedule(p, a);
         L.world = w.view();
         L.rank = r;
         L.in = in[std::size_t(r)];
         L.out = out[std::size_t(r)];
         scratch[std::size_t(r)].resize(std::size_t(L.sch.scratch_elems()) + 1);
         L.scratch = scratch[std::size_t(r)].data();
-        L.sig = {cnt, std::uint64_t(coll) | std::uint64_t(L.sch.channels()) << 8 | std::uint64_t(root) << 32, sizeof(T),
-                 1, 2};
+        L.sig = {cnt,
+                 std::uint64_t(coll) | std::uint64_t(std::uint32_t(L.sch.channels())) << 8 |
+                     std::uint64_t(std::uint32_t(root)) << 32,
+                 detail::type_hash<T>(), detail::type_hash<Op>(), p.id()};
         L.timeout_ns = timeout_ms * 1000000ull;
         L.op = op;
     }
@@ -128,15 +155,20 @@ std::vector<status> run_lanes(lane_world_host& w, collective coll, int root, std
 
 template <class T>
 T value_of(int r, std::uint64_t i) {
-    return T((r * 5 + i * 3) % 13 + 1);
+    const std::uint64_t g = (std::uint64_t(r) * 5 + i * 3) % 13 + 1;
+    if constexpr (std::is_same_v<T, affine>) return {std::uint32_t(2 * g + 1), std::uint32_t(r * 7919 + int(i % 1000))};
+    else return T(g);
 }
 
 // All five collectives on `n` ranks, checked element by element against a
 // serial reduction in rank order; buffers start at rank-dependent offsets
 // so the vector interiors differ between ranks.
-template <class T, class Op, class Algo>
-void check_collective(collective coll, int n, std::uint64_t count, int lanes, bool in_place, Op op,
-                      lane_world_host* reuse = nullptr, int node_size = 0) {
+template <class T, class Op>
+void check_collective(const named_policy& p, collective coll, int n, std::uint64_t count, int lanes, bool in_place,
+                      Op op, lane_world_host* reuse = nullptr, int node_size = 0) {
+    const char* type = std::is_same_v<T, affine> ? "affine" : element_traits<T>::name();
+    const std::string what = std::string(p.name) + " " + type + " " + op_traits<Op>::name();
+    CAPTURE(what);
     lane_world_host fresh(reuse ? 0 : n);
     lane_world_host& w = reuse ? *reuse : fresh;
     const int root = n - 1;
@@ -144,13 +176,14 @@ void check_collective(collective coll, int n, std::uint64_t count, int lanes, bo
     const std::uint64_t big = blocks ? count * std::uint64_t(n) : count;
     const std::uint64_t in_len = coll == collective::all_gather ? count : big;
     const std::uint64_t out_len = coll == collective::reduce_scatter ? count : big;
-    std::vector<std::vector<T>> inb(static_cast<std::size_t>(n)), outb(static_cast<std::size_t>(n)), scratch(static_cast<std::size_t>(n));
-    std::vector<const T*> in(static_cast<std::size_t>(n));
-    std::vector<T*> out(static_cast<std::size_t>(n));
+    const std::size_t nn = static_cast<std::size_t>(n);
+    std::vector<std::vector<T>> inb(nn), outb(nn), scratch(nn);
+    std::vector<const T*> in(nn);
+    std::vector<T*> out(nn);
     for (int r = 0; r < n; ++r) {
         const std::size_t off = std::size_t(r % 3); // misalign by 0, 1, 2 elements
-        inb[std::size_t(r)].assign(off + big + 8, T(0));
-        outb[std::size_t(r)].assign(off + big + 8, T(0));
+        inb[std::size_t(r)].assign(off + big + 8, T{});
+        outb[std::size_t(r)].assign(off + big + 8, T{});
         T* ib = inb[std::size_t(r)].data() + off;
         for (std::uint64_t i = 0; i < in_len; ++i) ib[i] = value_of<T>(r, i);
         in[std::size_t(r)] = ib;
@@ -172,10 +205,11 @@ void check_collective(collective coll, int n, std::uint64_t count, int lanes, bo
         if (coll == collective::broadcast) {
             out[std::size_t(r)] = ib; // broadcast works in one buffer
             if (r != root)
-                for (std::uint64_t i = 0; i < in_len; ++i) ib[i] = T(0);
+                for (std::uint64_t i = 0; i < in_len; ++i) ib[i] = T{};
         }
     }
-    const auto st = run_lanes<T, Op, Algo>(w, coll, root, count, in, out, lanes, op, scratch, 20000, {}, {}, node_size);
+    const auto st =
+        run_lanes<T, Op>(w, p.pol, coll, root, count, in, out, lanes, op, scratch, 20000, {}, {}, node_size);
     for (int r = 0; r < n; ++r) REQUIRE(st[std::size_t(r)] == status::ok);
     int wrong = 0;
     for (int r = 0; r < n; ++r) {
@@ -196,7 +230,7 @@ void check_collective(collective coll, int n, std::uint64_t count, int lanes, bo
             case collective::broadcast: want = value_of<T>(root, i); break;
             default: break;
             }
-            if (out[std::size_t(r)][i] != want) ++wrong;
+            if (!chorus_test::same_bits(out[std::size_t(r)][i], want)) ++wrong;
         }
     }
     CHECK(wrong == 0);
@@ -232,7 +266,8 @@ TEST_CASE("lane reduce-copy: vector interior, scalar edges, fan-in, two destinat
                         alignas(16) unsigned char box[16];
                         std::vector<std::thread> ts;
                         for (int l = 0; l < lanes; ++l)
-                            ts.emplace_back([&, l] { detail::lane_reduce_copy(host_lanes{l, lanes, &bar, box}, a, avg{}); });
+                            ts.emplace_back(
+                                [&, l] { detail::lane_reduce_copy(host_lanes{l, lanes, &bar, box}, a, avg{}); });
                         for (auto& t : ts) t.join();
                         int wrong = 0;
                         for (std::uint64_t i = 0; i < n; ++i) {
@@ -258,6 +293,10 @@ TEST_CASE("lane reduce-copy: vector interior, scalar edges, fan-in, two destinat
 }
 
 TEST_CASE("lane executor: ring<> and direct<> on several lanes per rank, every collective, exact") {
+    const named_policy ring_2x64{"ring<2ch,64B>", policy_of<ring<{2, 64}>>};
+    const named_policy ring_default{"ring<>", policy_of<ring<>>};
+    const named_policy direct_2x64{"direct<2ch,64B>", policy_of<direct<{2, 64}>>};
+    const named_policy direct_default{"direct<>", policy_of<direct<>>};
     for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
                             collective::broadcast, collective::reduce}) {
         for (int n : {1, 2, 3, 5}) {
@@ -271,10 +310,10 @@ TEST_CASE("lane executor: ring<> and direct<> on several lanes per rank, every c
                         CAPTURE(count);
                         CAPTURE(lanes);
                         CAPTURE(in_place);
-                        check_collective<float, sum, ring<{2, 64}>>(coll, n, count, lanes, in_place, sum{});
-                        check_collective<int, max, ring<>>(coll, n, count, lanes, in_place, max{});
-                        check_collective<float, avg, direct<{2, 64}>>(coll, n, count, lanes, in_place, avg{});
-                        check_collective<std::int8_t, sum, direct<>>(coll, n, count, lanes, in_place, sum{});
+                        check_collective<float>(ring_2x64, coll, n, count, lanes, in_place, sum{});
+                        check_collective<int>(ring_default, coll, n, count, lanes, in_place, max{});
+                        check_collective<float>(direct_2x64, coll, n, count, lanes, in_place, avg{});
+                        check_collective<std::int8_t>(direct_default, coll, n, count, lanes, in_place, sum{});
                     }
                 }
             }
@@ -287,21 +326,25 @@ TEST_CASE("lane executor: one world over a sequence of collectives, as the GPU s
     // a device: ring<> with 4 channels and 1 channel, direct<> with 2, in
     // the GPU suite's order, on 2, 3, 4 and 8 ranks (ranks 4 and 8 were
     // never run here before the first GPU run found wrong reads there).
+    const named_policy ring_4ch{"ring<4ch,64KiB>", policy_of<ring<{4, 64 << 10}>>};
+    const named_policy ring_default{"ring<>", policy_of<ring<>>};
+    const named_policy direct_2ch{"direct<2ch,1MiB>", policy_of<direct<{2, 1 << 20}>>};
     for (int n : {2, 3, 4, 8}) {
         if (chorus_test::under_tsan && n > 3) continue; // dozens of spinning threads on two cores
         lane_world_host w(n);
         for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
                                 collective::broadcast, collective::reduce}) {
-            for (std::uint64_t count : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(2), std::uint64_t(n + 1), std::uint64_t(1009)}) {
+            for (std::uint64_t count : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(2), std::uint64_t(n + 1),
+                                        std::uint64_t(1009)}) {
                 for (bool in_place : {false, true}) {
                     CAPTURE(collective_name(coll));
                     CAPTURE(n);
                     CAPTURE(count);
                     CAPTURE(in_place);
-                    check_collective<float, sum, ring<{4, 64 << 10}>>(coll, n, count, 2, in_place, sum{}, &w);
-                    check_collective<float, sum, ring<>>(coll, n, count, 2, in_place, sum{}, &w);
-                    check_collective<int, max, ring<{4, 64 << 10}>>(coll, n, count, 2, in_place, max{}, &w);
-                    check_collective<float, avg, direct<{2, 1 << 20}>>(coll, n, count, 2, in_place, avg{}, &w);
+                    check_collective<float>(ring_4ch, coll, n, count, 2, in_place, sum{}, &w);
+                    check_collective<float>(ring_default, coll, n, count, 2, in_place, sum{}, &w);
+                    check_collective<int>(ring_4ch, coll, n, count, 2, in_place, max{}, &w);
+                    check_collective<float>(direct_2ch, coll, n, count, 2, in_place, avg{}, &w);
                 }
             }
         }
@@ -315,21 +358,29 @@ TEST_CASE("lane executor: hierarchical<> AllReduce over a node split, channels r
     // thread block on a GPU (where 16 channels once read stale sums).
     // One world with 4-, 2- and 1-channel calls mixed: a rank numbers a
     // collective alike on every channel, used by this call or not.
-    using H = hierarchical<ring<{4, 256}>, ring<{4, 256}>>;
-    using H2 = hierarchical<ring<{2, 256}>, ring<{2, 256}>>;
+    const named_policy h4{"hierarchical<ring<4ch,256B>, ring<4ch,256B>>",
+                          policy_of<hierarchical<ring<{4, 256}>, ring<{4, 256}>>>};
+    const named_policy h2{"hierarchical<ring<2ch,256B>, ring<2ch,256B>>",
+                          policy_of<hierarchical<ring<{2, 256}>, ring<{2, 256}>>>};
+    const named_policy ring_default{"ring<>", policy_of<ring<>>};
     for (int n : {4, 6, 8}) {
         if (chorus_test::under_tsan && n > 4) continue;
         for (int node : {1, 2, n / 2}) {
+            // The composite is what runs, not Intra's flat schedule.
+            for (const named_policy* h : {&h4, &h2})
+                CHECK(make_schedule(h->pol, {collective::all_reduce, 0, n, 0, 13, sizeof(float), false, node}).kind ==
+                      schedule_kind::hierarchical);
             lane_world_host w(n);
-            for (std::uint64_t count : {std::uint64_t(1), std::uint64_t(13), std::uint64_t(1001), std::uint64_t(5003)}) {
+            for (std::uint64_t count :
+                 {std::uint64_t(1), std::uint64_t(13), std::uint64_t(1001), std::uint64_t(5003)}) {
                 for (bool in_place : {false, true}) {
                     CAPTURE(n);
                     CAPTURE(node);
                     CAPTURE(count);
                     CAPTURE(in_place);
-                    check_collective<float, sum, H>(collective::all_reduce, n, count, 2, in_place, sum{}, &w, node);
-                    check_collective<float, sum, H2>(collective::all_reduce, n, count, 2, in_place, sum{}, &w, node);
-                    check_collective<float, sum, ring<>>(collective::all_reduce, n, count, 2, in_place, sum{}, &w);
+                    check_collective<float>(h4, collective::all_reduce, n, count, 2, in_place, sum{}, &w, node);
+                    check_collective<float>(h2, collective::all_reduce, n, count, 2, in_place, sum{}, &w, node);
+                    check_collective<float>(ring_default, collective::all_reduce, n, count, 2, in_place, sum{}, &w);
                 }
             }
         }
@@ -337,19 +388,54 @@ TEST_CASE("lane executor: hierarchical<> AllReduce over a node split, channels r
 }
 
 TEST_CASE("lane executor: every policy with several channels, each channel its own thread group") {
+    // Each policy with 3 channels of 256-byte chunks (automatic: its own
+    // choice and tuning). (float, sum) runs every collective and count in the
+    // policy's placement; on up to 5 ranks one more pair runs in the other
+    // placement, rotating over the counts so that each collective sees each
+    // pair: (int8, sum), (double, avg) and, for the policies that keep
+    // operand order, the non-commutative composition.
+    struct entry {
+        named_policy p;
+        bool in_place;
+    };
+    const tuning t{3, 256};
+    const entry every[] = {
+        {{"ring<3ch,256B>", policy::fixed(algorithm::ring, t)}, true},
+        {{"direct<3ch,256B>", policy::fixed(algorithm::direct, t)}, false},
+        {{"tree<3ch,256B>", policy_of<tree<{3, 256}>>}, false},
+        {{"recursive_doubling<3ch,256B>", policy_of<recursive_doubling<{3, 256}>>}, false},
+        {{"rabenseifner<3ch,256B>", policy_of<rabenseifner<{3, 256}>>}, true},
+        {{"two_shot<3ch,256B>", policy_of<two_shot<{3, 256}>>}, false},
+        {{"hierarchical<ring<3ch,256B>, direct<3ch,256B>> (one node)",
+          policy::hierarchical(algorithm::ring, t, algorithm::direct, t)},
+         true},
+        {{"automatic", policy_of<automatic>}, false},
+        {{"deterministic<two_shot<3ch,256B>>", policy_of<deterministic<two_shot<{3, 256}>>>}, true},
+    };
     for (int n : {2, 3, 5, 8}) {
         if (chorus_test::under_tsan && n > 3) continue;
         lane_world_host w(n);
+        int k = 0;
         for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
                                 collective::broadcast, collective::reduce}) {
+            ++k;
+            int ci = 0;
             for (std::uint64_t count : {std::uint64_t(1), std::uint64_t(29), std::uint64_t(3001)}) {
+                ++ci;
                 CAPTURE(collective_name(coll));
                 CAPTURE(n);
                 CAPTURE(count);
-                check_collective<float, sum, tree<{3, 256}>>(coll, n, count, 2, false, sum{}, &w);
-                check_collective<float, sum, recursive_doubling<{3, 256}>>(coll, n, count, 2, false, sum{}, &w);
-                check_collective<float, sum, rabenseifner<{3, 256}>>(coll, n, count, 2, true, sum{}, &w);
-                check_collective<float, sum, two_shot<{3, 256}>>(coll, n, count, 2, false, sum{}, &w);
+                for (const entry& e : every) {
+                    CAPTURE(e.in_place);
+                    check_collective<float>(e.p, coll, n, count, 2, e.in_place, sum{}, &w);
+                    if (n == 8) continue; // 48 threads a call: the extra pairs run on fewer ranks
+                    const int extras = e.p.pol.reorders_operands() ? 2 : 3;
+                    switch ((k + ci) % extras) {
+                    case 0: check_collective<std::int8_t>(e.p, coll, n, count, 2, !e.in_place, sum{}, &w); break;
+                    case 1: check_collective<double>(e.p, coll, n, count, 2, !e.in_place, avg{}, &w); break;
+                    default: check_collective<affine>(e.p, coll, n, count, 2, !e.in_place, compose_op{}, &w); break;
+                    }
+                }
             }
         }
     }
@@ -367,8 +453,8 @@ TEST_CASE("lane executor: a rank that never joins times out and the others stop,
             out.push_back(o[std::size_t(r)].data());
         }
         const auto t0 = std::chrono::steady_clock::now();
-        const auto st = run_lanes<float, sum, ring<>>(w, collective::all_reduce, 0, 64, in, out, 2, sum{}, s, 300,
-                                                      {true, true, false});
+        const auto st = run_lanes<float>(w, policy_of<ring<>>, collective::all_reduce, 0, 64, in, out, 2, sum{}, s, 300,
+                                         {true, true, false});
         const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         CHECK(secs < 10.0);
         CHECK(w.abort != 0);
@@ -382,23 +468,35 @@ TEST_CASE("lane executor: a rank that never joins times out and the others stop,
         }
         CHECK(timeouts >= 1);
     }
-    {
+    // Two ranks whose calls differ in the count, then in the policy only:
+    // whichever rank compares first reports the mismatch (with the other's
+    // call) and stops the other.
+    for (bool policies_differ : {false, true}) {
+        CAPTURE(policies_differ);
         const int n = 2;
         lane_world_host w(n);
         std::vector<std::vector<float>> b(n, std::vector<float>(64, 1.f)), o(n, std::vector<float>(64)), s(n);
         std::vector<const float*> in{b[0].data(), b[1].data()};
         std::vector<float*> out{o[0].data(), o[1].data()};
-        const auto st = run_lanes<float, sum, direct<>>(w, collective::all_reduce, 0, 64, in, out, 2, sum{}, s, 5000,
-                                                        {}, {64, 63});
-        // Whichever rank compares first reports the mismatch (with the
-        // other's call) and stops the other.
+        const policy d = policy_of<direct<>>, other = policy::fixed(algorithm::two_shot, d.tune);
+        // Differing policies: rank 0 direct<>, rank 1 two_shot<> with the same tuning.
+        const std::vector<policy> per_rank = {d, other};
+        const auto st = policies_differ ? run_lanes<float>(w, d, collective::all_reduce, 0, 64, in, out, 2, sum{}, s,
+                                                           5000, {}, {}, 0, per_rank)
+                                        : run_lanes<float>(w, d, collective::all_reduce, 0, 64, in, out, 2, sum{}, s,
+                                                           5000, {}, {64, 63});
         CHECK(st[0] != status::ok);
         CHECK(st[1] != status::ok);
         const bool zero_saw = w.faults[0].code == int(status::mismatch);
         const bool one_saw = w.faults[1].code == int(status::mismatch);
         CHECK((zero_saw || one_saw));
-        if (zero_saw) CHECK(w.faults[0].theirs.count == 63);
-        if (one_saw) CHECK(w.faults[1].theirs.count == 64);
+        if (policies_differ) {
+            if (zero_saw) CHECK(w.faults[0].theirs.algo_id == other.id());
+            if (one_saw) CHECK(w.faults[1].theirs.algo_id == d.id());
+        } else {
+            if (zero_saw) CHECK(w.faults[0].theirs.count == 63);
+            if (one_saw) CHECK(w.faults[1].theirs.count == 64);
+        }
     }
 }
 

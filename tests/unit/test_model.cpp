@@ -6,6 +6,7 @@
 
 #include <chorus/algo/automatic.hpp>
 #include <chorus/model/cost.hpp>
+#include <chorus/model/file.hpp>
 
 #include <doctest/doctest.h>
 
@@ -500,7 +501,7 @@ TEST_CASE("automatic: the pick follows the topology it is given, its scratch lim
     const model::topology two = favouring(algorithm::two_shot);
     a.topo = &two;
     CHECK(chorus::automatic::choose(a) == algorithm::two_shot);
-    CHECK(chorus::automatic::make_schedule(a).which == algorithm::two_shot);
+    CHECK(chorus::make_schedule<chorus::automatic>(a).kind == chorus::schedule_kind::two_shot);
     // A scratch limit leaves out what needs more: recursive doubling keeps a
     // whole vector of partials.
     const model::topology rd = favouring(algorithm::recursive_doubling);
@@ -509,7 +510,7 @@ TEST_CASE("automatic: the pick follows the topology it is given, its scratch lim
     a.scratch_limit_bytes = 1024;
     const algorithm limited = chorus::automatic::choose(a);
     CHECK(limited != algorithm::recursive_doubling);
-    CHECK(chorus::automatic::make_schedule(a).scratch_elems() * 4 <= 1024);
+    CHECK(chorus::make_schedule<chorus::automatic>(a).scratch_elems() * 4 <= 1024);
     // Non-commutative operators never get an operand-reordering algorithm.
     a.scratch_limit_bytes = 0;
     a.commutative = false;

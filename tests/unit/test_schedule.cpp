@@ -42,10 +42,10 @@ bool overlap(const footprint& a, const footprint& b) {
     return a.rank == b.rank && a.loc == b.loc && a.begin < b.end && b.begin < a.end && a.loc != where::none;
 }
 
-// Runs schedules made by policy Algo (exec/rank_program.hpp's interface).
-template <class Algo>
+// Runs the schedules policy `pol` makes (exec/rank_program.hpp's interface):
+// any_schedule, what every executor runs.
 struct sim {
-    using schedule = decltype(Algo::make_schedule(schedule_args{}));
+    using schedule = any_schedule;
     collective coll;
     bool in_place;
     int n, root, channels;
@@ -58,11 +58,11 @@ struct sim {
     std::vector<int> state;          // 0 not started, 1 running, 2 final waits, 3 returned
     std::string error;
 
-    sim(collective c, bool ip, int n_, int root_, std::uint64_t cnt, int node_size = 0)
+    sim(const policy& pol, collective c, bool ip, int n_, int root_, std::uint64_t cnt, int node_size = 0)
         : coll(c), in_place(ip), n(n_), root(root_), count(cnt) {
         for (int r = 0; r < n; ++r) {
             const bool ip_r = in_place && (coll != collective::reduce || r == root) && coll != collective::broadcast;
-            sch.push_back(Algo::make_schedule(schedule_args{coll, r, n, root, count, 4, ip_r, node_size}));
+            sch.push_back(make_schedule(pol, schedule_args{coll, r, n, root, count, 4, ip_r, node_size}));
         }
         channels = sch[0].channels();
         const std::uint64_t big = (coll == collective::all_gather || coll == collective::reduce_scatter)
@@ -310,9 +310,9 @@ struct sim {
 } // namespace
 
 // Every collective x n = 1..9 x counts x roots x in place, sampled
-// interleavings; `configs` lists the policy's variants to try.
-template <class... Algos>
-int simulate_policies(std::mt19937& rng, int node_size = 0) {
+// interleavings, for each policy of `policies` (run-time values: one sim
+// serves them all).
+int simulate_policies(std::mt19937& rng, std::initializer_list<policy> policies, int node_size = 0) {
     int runs = 0;
     for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
                             collective::broadcast, collective::reduce}) {
@@ -324,11 +324,11 @@ int simulate_policies(std::mt19937& rng, int node_size = 0) {
                     const int tries = n <= 4 ? 6 : 2;
                     for (int t = 0; t < 2 * tries; ++t) {
                         const bool in_place = t % 2 == 1 && coll != collective::broadcast;
-                        auto one = [&]<class Algo>(Algo*) {
-                            sim<Algo> s(coll, in_place, n, root == 2 ? n - 1 : root, count, node_size);
+                        for (const policy& pol : policies) {
+                            sim s(pol, coll, in_place, n, root == 2 ? n - 1 : root, count, node_size);
                             const bool ok = s.run(rng);
                             ++runs;
-                            const std::string algo = Algo::name, coll_name = collective_name(coll);
+                            const std::string algo = detail::policy_text(pol), coll_name = collective_name(coll);
                             CAPTURE(algo);
                             CAPTURE(coll_name);
                             CAPTURE(n);
@@ -340,8 +340,7 @@ int simulate_policies(std::mt19937& rng, int node_size = 0) {
                             REQUIRE_MESSAGE(ok, s.error);
                             const std::string v = s.verify();
                             REQUIRE_MESSAGE(v.empty(), v);
-                        };
-                        (one(static_cast<Algos*>(nullptr)), ...);
+                        }
                     }
                 }
             }
@@ -350,16 +349,27 @@ int simulate_policies(std::mt19937& rng, int node_size = 0) {
     return runs;
 }
 
+namespace {
+//! Algorithm `a` with `channels` channels and `chunk` bytes per chunk.
+policy fixed(algorithm a, int channels, std::uint64_t chunk) { return policy::fixed(a, {channels, chunk}); }
+//! hierarchical<Intra, Inter> of two (algorithm, channels, chunk) phases.
+policy hier(algorithm intra, int ci, std::uint64_t bi, algorithm inter, int cx, std::uint64_t bx) {
+    return policy::hierarchical(intra, {ci, bi}, inter, {cx, bx});
+}
+} // namespace
+
 TEST_CASE("ring schedules: every interleaving sampled is race-free, deadlock-free and exact") {
     std::mt19937 rng(12345);
-    const int runs = simulate_policies<ring<{1, 16}>, ring<{1, 4096}>, ring<{2, 16}>, ring<{2, 4096}>>(rng);
+    const algorithm a = algorithm::ring;
+    const int runs = simulate_policies(rng, {fixed(a, 1, 16), fixed(a, 1, 4096), fixed(a, 2, 16), fixed(a, 2, 4096)});
     MESSAGE("simulated runs: " << runs);
 }
 
 TEST_CASE("direct schedules: every interleaving sampled is race-free, deadlock-free and exact") {
     std::mt19937 rng(777);
+    const algorithm a = algorithm::direct;
     const int runs =
-        simulate_policies<direct<{1, 16}>, direct<{1, 4096}>, direct<{2, 16}>, direct<{3, 1 << 20}>>(rng);
+        simulate_policies(rng, {fixed(a, 1, 16), fixed(a, 1, 4096), fixed(a, 2, 16), fixed(a, 3, 1 << 20)});
     MESSAGE("simulated runs: " << runs);
 }
 
@@ -368,58 +378,127 @@ TEST_CASE("hierarchical schedules: every interleaving sampled is race-free, dead
     // n (and L < n), Intra's flat schedule everywhere else.
     std::mt19937 rng(4242);
     int runs = 0;
+    const algorithm r = algorithm::ring, d = algorithm::direct;
     for (int L : {1, 2, 3, 4}) {
         CAPTURE(L);
-        runs += simulate_policies<hierarchical<ring<{1, 16}>, ring<{1, 16}>>,
-                                  hierarchical<ring<{2, 16}>, direct<{1, 4096}>>,
-                                  hierarchical<direct<{1, 16}>, ring<{3, 4096}>>,
-                                  hierarchical<direct<{2, 4096}>, direct<{1, 16}>>>(rng, L);
+        runs += simulate_policies(rng,
+                                  {hier(r, 1, 16, r, 1, 16), hier(r, 2, 16, d, 1, 4096), hier(d, 1, 16, r, 3, 4096),
+                                   hier(d, 2, 4096, d, 1, 16)},
+                                  L);
     }
     MESSAGE("simulated runs: " << runs);
 }
 
 TEST_CASE("tree schedules: every interleaving sampled is race-free, deadlock-free and exact") {
     std::mt19937 rng(4242);
-    const int runs = simulate_policies<tree<{1, 16}>, tree<{1, 4096}>, tree<{2, 16}>>(rng);
+    const algorithm a = algorithm::tree;
+    const int runs = simulate_policies(rng, {fixed(a, 1, 16), fixed(a, 1, 4096), fixed(a, 2, 16)});
     MESSAGE(runs << " tree runs");
 }
 
 TEST_CASE("recursive doubling schedules: every interleaving sampled is race-free, deadlock-free and exact") {
     std::mt19937 rng(4343);
-    const int runs =
-        simulate_policies<recursive_doubling<{1, 16}>, recursive_doubling<{1, 4096}>, recursive_doubling<{2, 16}>>(rng);
+    const algorithm a = algorithm::recursive_doubling;
+    const int runs = simulate_policies(rng, {fixed(a, 1, 16), fixed(a, 1, 4096), fixed(a, 2, 16)});
     MESSAGE(runs << " recursive doubling runs");
 }
 
 TEST_CASE("rabenseifner schedules: every interleaving sampled is race-free, deadlock-free and exact") {
     std::mt19937 rng(4444);
-    const int runs = simulate_policies<rabenseifner<{1, 16}>, rabenseifner<{1, 4096}>, rabenseifner<{2, 16}>>(rng);
+    const algorithm a = algorithm::rabenseifner;
+    const int runs = simulate_policies(rng, {fixed(a, 1, 16), fixed(a, 1, 4096), fixed(a, 2, 16)});
     MESSAGE(runs << " rabenseifner runs");
 }
 
 TEST_CASE("two-shot schedules: every interleaving sampled is race-free, deadlock-free and exact") {
     std::mt19937 rng(4545);
-    const int runs = simulate_policies<two_shot<{1, 16}>, two_shot<{1, 4096}>, two_shot<{3, 16}>>(rng);
+    const algorithm a = algorithm::two_shot;
+    const int runs = simulate_policies(rng, {fixed(a, 1, 16), fixed(a, 1, 4096), fixed(a, 3, 16)});
     MESSAGE(runs << " two-shot runs");
 }
 
+TEST_CASE("automatic and deterministic schedules: every interleaving sampled is race-free, deadlock-free and exact") {
+    // What they pick is one of the schedules above; simulated as a value like any other.
+    std::mt19937 rng(4646);
+    const int runs = simulate_policies(rng, {policy_of<automatic>, policy_of<deterministic<>>,
+                                             policy::fixed(algorithm::ring, {2, 16}).deterministic_of()});
+    MESSAGE(runs << " automatic / deterministic runs");
+}
+
 TEST_CASE("hierarchical schedules: one type, the same unit count on every rank, flat fallback") {
-    using H = hierarchical<ring<{2, 64}>, direct<{1, 16}>>;
-    static_assert(std::is_trivially_copyable_v<H::schedule>);
+    constexpr policy H = policy_of<hierarchical<ring<{2, 64}>, direct<{1, 16}>>>;
+    static_assert(std::is_trivially_copyable_v<any_schedule>);
     constexpr schedule_args args{collective::all_reduce, 5, 8, 0, 1009, 4, false, 2};
-    constexpr H::schedule s = H::make_schedule(args);
-    static_assert(!s.flat && s.channels() == 2 && s.nodes == 4 && s.node_size == 2);
-    constexpr step st = s.unit(1, 0); // phase A: ring reduce-scatter with the node peer, rank 4
+    constexpr any_schedule s = make_fixed_schedule(H, args);
+    static_assert(s.kind == schedule_kind::hierarchical && s.channels() == 2 && s.hier.nodes == 4 &&
+                  s.hier.node_size == 2);
+    constexpr step st = s.at(1, 0); // phase A: ring reduce-scatter with the node peer, rank 4
     static_assert(st.src0.rank == 4 && st.dst.rank == 5 && !st.finish);
+    CHECK(s.unit(1, 0).src0.rank == 4); // the executors' (out-of-line) entry gives the same step
     for (int L : {2, 4})
         for (std::uint64_t count : {0ull, 1ull, 3ull, 1009ull, 100003ull}) {
-            const std::uint64_t u0 = H::make_schedule({collective::all_reduce, 0, 8, 0, count, 4, false, L}).units();
+            const std::uint64_t u0 = make_schedule(H, {collective::all_reduce, 0, 8, 0, count, 4, false, L}).units();
             for (int r = 1; r < 8; ++r)
-                CHECK(H::make_schedule({collective::all_reduce, r, 8, 0, count, 4, r % 2 == 1, L}).units() == u0);
+                CHECK(make_schedule(H, {collective::all_reduce, r, 8, 0, count, 4, r % 2 == 1, L}).units() == u0);
         }
+    // Flat: Intra's own schedule (ring) over all ranks.
     for (int L : {0, 3, 8, 9})
-        CHECK(H::make_schedule({collective::all_reduce, 1, 8, 0, 100, 4, false, L}).flat);
-    CHECK(H::make_schedule({collective::reduce_scatter, 1, 8, 0, 100, 4, false, 2}).flat);
+        CHECK(make_schedule(H, {collective::all_reduce, 1, 8, 0, 100, 4, false, L}).kind == schedule_kind::ring);
+    CHECK(make_schedule(H, {collective::reduce_scatter, 1, 8, 0, 100, 4, false, 2}).kind == schedule_kind::ring);
+}
+
+TEST_CASE("every policy type describes itself as the policy value it names") {
+    static_assert(policy_of<ring<{3, 4096}>> == policy::fixed(algorithm::ring, {3, 4096}));
+    static_assert(policy_of<ring<>> == policy::fixed(algorithm::ring));
+    static_assert(policy_of<direct<>> == policy::fixed(algorithm::direct, {1, 1 << 20}));
+    static_assert(policy_of<tree<>> == policy::fixed(algorithm::tree, {1, 128 << 10}));
+    static_assert(policy_of<recursive_doubling<{2, 64}>> == policy::fixed(algorithm::recursive_doubling, {2, 64}));
+    static_assert(policy_of<rabenseifner<>> == policy::fixed(algorithm::rabenseifner));
+    static_assert(policy_of<two_shot<{4, 16}>> == policy::fixed(algorithm::two_shot, {4, 16}));
+    static_assert(policy_of<hierarchical<>> ==
+                  policy::hierarchical(algorithm::ring, {1, 256 << 10}, algorithm::ring, {1, 256 << 10}));
+    static_assert(policy_of<hierarchical<direct<{2, 64}>, ring<{1, 32}>>> ==
+                  policy::hierarchical(algorithm::direct, {2, 64}, algorithm::ring, {1, 32}));
+    static_assert(policy_of<automatic> == policy::automatic() && policy_of<automatic>.choose);
+    static_assert(policy_of<deterministic<>> == policy::automatic().deterministic_of());
+    static_assert(policy_of<deterministic<tree<{2, 64}>>> ==
+                  policy::fixed(algorithm::tree, {2, 64}).deterministic_of());
+    // policy_from_name spells each default-tuned policy type.
+    constexpr auto named = [](const char* name) {
+        policy p{};
+        p.tune.channels = -1;
+        return policy_from_name(name, p) ? p : policy{};
+    };
+    static_assert(named("ring") == policy_of<ring<>> && named("direct") == policy_of<direct<>>);
+    static_assert(named("tree") == policy_of<tree<>> && named("two_shot") == policy_of<two_shot<>>);
+    static_assert(named("recursive_doubling") == policy_of<recursive_doubling<>>);
+    static_assert(named("rabenseifner") == policy_of<rabenseifner<>>);
+    static_assert(named("hierarchical") == policy_of<hierarchical<>>);
+    static_assert(named("automatic") == policy_of<automatic> && named("deterministic") == policy_of<deterministic<>>);
+    for (const char* name : policy_names) {
+        policy p{};
+        CHECK(policy_from_name(name, p));
+    }
+    policy unchanged = policy_of<tree<>>;
+    CHECK_FALSE(policy_from_name("rings", unchanged));
+    CHECK_FALSE(policy_from_name("", unchanged));
+    CHECK(unchanged == policy_of<tree<>>);
+    // Which of them may reorder operands (a non-commutative operator is refused there).
+    static_assert(policy_of<ring<>>.reorders_operands() && policy_of<tree<>>.reorders_operands() &&
+                  policy_of<hierarchical<>>.reorders_operands());
+    static_assert(!policy_of<direct<>>.reorders_operands() && !policy_of<automatic>.reorders_operands() &&
+                  !policy_of<deterministic<ring<>>>.reorders_operands() && !policy_of<two_shot<>>.reorders_operands());
+    // Distinct policies have distinct ids (what checked mode compares), equal ones equal ids.
+    const policy all[] = {policy_of<ring<>>, policy_of<ring<{2, 256 << 10}>>, policy_of<ring<{1, 128 << 10}>>,
+                          policy_of<direct<>>, policy_of<tree<>>, policy_of<recursive_doubling<>>,
+                          policy_of<rabenseifner<>>, policy_of<two_shot<>>, policy_of<hierarchical<>>,
+                          policy_of<hierarchical<direct<>, ring<>>>, policy_of<automatic>, policy_of<deterministic<>>,
+                          policy_of<deterministic<ring<>>>};
+    for (const policy& a : all)
+        for (const policy& b : all) CHECK((a.id() == b.id()) == (a == b));
+    CHECK(detail::policy_text(policy_of<hierarchical<direct<{2, 64}>, ring<>>>) ==
+          "hierarchical<direct<channels=2,chunk_bytes=64>,ring<channels=1,chunk_bytes=262144>>");
+    CHECK(detail::policy_text(policy_of<deterministic<>>) == "deterministic<automatic>");
 }
 
 TEST_CASE("ring schedules compile to constant expressions (device-clean, no allocation)") {

@@ -1,18 +1,24 @@
 // Soak: thousands of random collectives on the threads backend, each checked
 // element by element against a serial reference. Every rank seeds its own
 // RNG identically, so all ranks draw the same sequence of calls (collective,
-// algorithm, operator, element type, count, in place or not, sync or an async
+// policy, operator, element type, count, in place or not, sync or an async
 // batch, root) and stay in step. Inputs are small integers, so every result,
 // floating point included, is exact.
 //
-// Compile time: run<T, Op, Algo> is instantiated per (type, operator,
-// algorithm), not per collective; the dispatch below limits it to
-// ring<> x every operator, the tuned rings x {sum, avg}, and the copy-only
-// collectives x 3 algorithms: 23 + 20 + 15 = 58 instantiations.
+// Policies are run-time values: half the calls draw one of three rings
+// (ring<>, 2 channels x 64 B, 3 channels x 1 KiB), the other half one of
+// direct, tree, recursive_doubling, rabenseifner, two_shot (some tuned to
+// several channels and small chunks), hierarchical<> (one node), automatic
+// and deterministic<>, with every operator. ring<> goes through the public
+// template API (chorus::all_reduce<chorus::ring<>>(...), ..._async), the
+// others through chorus::detail::*_run. So the code is instantiated per
+// (type, operator) only: 23 reduction pairs (5 types x {sum, min, max, avg}
+// and bit_xor on the 3 integer types) and 5 copy-only types.
 
 #include "test_util.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -51,6 +57,23 @@ using ring_a = chorus::ring<>;
 using ring_b = chorus::ring<{.channels = 2, .chunk_bytes = 64}>;
 using ring_c = chorus::ring<{.channels = 3, .chunk_bytes = 1024}>;
 
+//! The policies calls draw from: the three rings first (index 0, ring<>, runs through the public template API).
+const named_policy policies[] = {
+    {"ring<>", chorus::policy_of<ring_a>},
+    {"ring<2ch,64B>", chorus::policy_of<ring_b>},
+    {"ring<3ch,1KiB>", chorus::policy_of<ring_c>},
+    {"direct<2ch,512B>", chorus::policy_of<chorus::direct<{2, 512}>>},
+    {"tree<>", chorus::policy_of<chorus::tree<>>},
+    {"recursive_doubling<2ch,256B>", chorus::policy_of<chorus::recursive_doubling<{2, 256}>>},
+    {"rabenseifner<>", chorus::policy_of<chorus::rabenseifner<>>},
+    {"two_shot<3ch,128B>", chorus::policy_of<chorus::two_shot<{3, 128}>>},
+    {"hierarchical<>", chorus::policy_of<chorus::hierarchical<>>},
+    {"automatic", chorus::policy_of<chorus::automatic>},
+    {"deterministic<>", chorus::policy_of<chorus::deterministic<>>},
+};
+constexpr int n_rings = 3;
+constexpr int n_policies = int(sizeof(policies) / sizeof(policies[0]));
+
 //! One drawn call; identical on every rank.
 struct call {
     int coll = 0, algo = 0, op = 0, type = 0;
@@ -61,7 +84,7 @@ struct call {
 
     std::string str() const {
         return std::string(coll_names[coll]) + " " + type_names[type] + " op " + op_names[op] + " algo " +
-               std::to_string(algo) + " count " + std::to_string(count) + (in_place ? " in-place" : "") + " root " +
+               policies[algo].name + " count " + std::to_string(count) + (in_place ? " in-place" : "") + " root " +
                std::to_string(root) + " salt " + std::to_string(salt);
     }
 };
@@ -78,10 +101,7 @@ call draw(std::mt19937_64& rng, int n) {
         static constexpr int fops[] = {o_sum, o_min, o_max, o_avg};
         c.op = fops[pick(4)];
     }
-    // Tuned rings only with sum and avg (keeps the instantiation count down).
-    c.algo = pick(3);
-    if (c.op != o_sum && c.op != o_avg && (c.coll == k_all_reduce || c.coll == k_reduce_scatter || c.coll == k_reduce))
-        c.algo = 0;
+    c.algo = pick(2) == 0 ? pick(n_rings) : n_rings + pick(n_policies - n_rings);
     const int band = pick(100);
     if (band < 40) c.count = std::size_t(pick(17));
     else if (band < 75) c.count = std::size_t(pick(301));
@@ -233,13 +253,18 @@ struct job final : job_base {
     }
 };
 
+// One call: ring<> (algo 0) through the public template API, every other
+// policy through chorus::detail::name##_run with its value. `args` are the
+// public call's arguments after the communicator; the run function takes
+// the same ones, the policy first and the async flag last.
 #define SOAK_CALL(name, ...)                                                                                          \
     do {                                                                                                              \
-        if (async) j.f = chorus::name##_async<Algo>(__VA_ARGS__);                                                     \
-        else chorus::name<Algo>(__VA_ARGS__);                                                                         \
+        if (c.algo != 0) j.f = chorus::detail::name##_run(comm, policies[c.algo].pol, __VA_ARGS__, async);            \
+        else if (async) j.f = chorus::name##_async<ring_a>(comm, __VA_ARGS__);                                        \
+        else chorus::name<ring_a>(comm, __VA_ARGS__);                                                                 \
     } while (0)
 
-template <class T, class Op, class Algo>
+template <class T, class Op>
 void issue_reduction(comm_t& comm, job<T>& j, bool async) {
     const call& c = j.c;
     const int r = comm.rank();
@@ -247,65 +272,53 @@ void issue_reduction(comm_t& comm, job<T>& j, bool async) {
     Op op{};
     switch (c.coll) {
     case k_all_reduce:
-        if (c.in_place) SOAK_CALL(all_reduce, comm, std::span<T>(j.a), op);
-        else SOAK_CALL(all_reduce, comm, j.ca(), std::span<T>(j.b), op);
+        if (c.in_place && c.algo == 0) {
+            // The public in-place overload (one span).
+            if (async) j.f = chorus::all_reduce_async<ring_a>(comm, std::span<T>(j.a), op);
+            else chorus::all_reduce<ring_a>(comm, std::span<T>(j.a), op);
+        } else if (c.in_place) {
+            SOAK_CALL(all_reduce, j.ca(), std::span<T>(j.a), op);
+        } else {
+            SOAK_CALL(all_reduce, j.ca(), std::span<T>(j.b), op);
+        }
         break;
     case k_reduce_scatter:
-        if (c.in_place) SOAK_CALL(reduce_scatter, comm, j.ca(), std::span<T>(j.a).subspan(std::size_t(r) * m, m), op);
-        else SOAK_CALL(reduce_scatter, comm, j.ca(), std::span<T>(j.b), op);
+        if (c.in_place) SOAK_CALL(reduce_scatter, j.ca(), std::span<T>(j.a).subspan(std::size_t(r) * m, m), op);
+        else SOAK_CALL(reduce_scatter, j.ca(), std::span<T>(j.b), op);
         break;
     case k_reduce:
-        if (r == c.root && c.in_place) SOAK_CALL(reduce, comm, j.ca(), std::span<T>(j.a), op, c.root);
-        else SOAK_CALL(reduce, comm, j.ca(), std::span<T>(j.b), op, c.root);
+        if (r == c.root && c.in_place) SOAK_CALL(reduce, j.ca(), std::span<T>(j.a), op, c.root);
+        else SOAK_CALL(reduce, j.ca(), std::span<T>(j.b), op, c.root);
         break;
     default: break;
     }
 }
 
-template <class T, class Algo>
+template <class T>
 void issue_copy(comm_t& comm, job<T>& j, bool async) {
     const call& c = j.c;
     const int r = comm.rank();
     const std::size_t m = c.count;
     if (c.coll == k_all_gather) {
-        if (c.in_place) SOAK_CALL(all_gather, comm, j.ca().subspan(std::size_t(r) * m, m), std::span<T>(j.a));
-        else SOAK_CALL(all_gather, comm, j.ca(), std::span<T>(j.b));
+        if (c.in_place) SOAK_CALL(all_gather, j.ca().subspan(std::size_t(r) * m, m), std::span<T>(j.a));
+        else SOAK_CALL(all_gather, j.ca(), std::span<T>(j.b));
     } else {
-        SOAK_CALL(broadcast, comm, std::span<T>(j.a), c.root);
+        SOAK_CALL(broadcast, std::span<T>(j.a), c.root);
     }
 }
 #undef SOAK_CALL
 
-template <class T, class Op>
-void issue_op(comm_t& comm, job<T>& j, bool async) {
-    constexpr bool tuned = std::is_same_v<Op, chorus::sum> || std::is_same_v<Op, chorus::avg>;
-    if constexpr (tuned) {
-        switch (j.c.algo) {
-        case 1: return issue_reduction<T, Op, ring_b>(comm, j, async);
-        case 2: return issue_reduction<T, Op, ring_c>(comm, j, async);
-        default: break;
-        }
-    }
-    issue_reduction<T, Op, ring_a>(comm, j, async);
-}
-
 template <class T>
 void issue_typed(comm_t& comm, job<T>& j, bool async) {
     const call& c = j.c;
-    if (c.coll == k_all_gather || c.coll == k_broadcast) {
-        switch (c.algo) {
-        case 1: return issue_copy<T, ring_b>(comm, j, async);
-        case 2: return issue_copy<T, ring_c>(comm, j, async);
-        default: return issue_copy<T, ring_a>(comm, j, async);
-        }
-    }
+    if (c.coll == k_all_gather || c.coll == k_broadcast) return issue_copy<T>(comm, j, async);
     switch (c.op) {
-    case o_sum: return issue_op<T, chorus::sum>(comm, j, async);
-    case o_min: return issue_op<T, chorus::min>(comm, j, async);
-    case o_max: return issue_op<T, chorus::max>(comm, j, async);
-    case o_avg: return issue_op<T, chorus::avg>(comm, j, async);
+    case o_sum: return issue_reduction<T, chorus::sum>(comm, j, async);
+    case o_min: return issue_reduction<T, chorus::min>(comm, j, async);
+    case o_max: return issue_reduction<T, chorus::max>(comm, j, async);
+    case o_avg: return issue_reduction<T, chorus::avg>(comm, j, async);
     default:
-        if constexpr (std::is_integral_v<T>) return issue_op<T, chorus::bit_xor>(comm, j, async);
+        if constexpr (std::is_integral_v<T>) return issue_reduction<T, chorus::bit_xor>(comm, j, async);
     }
 }
 
@@ -337,6 +350,7 @@ std::unique_ptr<job_base> start(comm_t& comm, const call& c, bool async) {
 
 struct soak_totals {
     std::atomic<std::size_t> collectives{0}, elements{0}, async_calls{0};
+    std::atomic<std::size_t> per_policy[n_policies] = {}; //!< collectives other than barrier, by policy
 };
 
 //! `iters` iterations on n ranks; an iteration is one sync call or an async batch of 1-8.
@@ -361,6 +375,7 @@ void soak(int n, int iters, std::uint64_t seed, soak_totals& tot, failure_log& l
                 }
                 elems += j->check(r, n, log);
                 ++colls;
+                if (r == 0 && j->c.coll != k_barrier) ++tot.per_policy[j->c.algo];
                 if (async) ++asyncs;
             }
         }
@@ -394,4 +409,9 @@ TEST_CASE("soak: thousands of random collectives match a serial reference") {
     MESSAGE("soak: " << colls << " collectives (" << tot.async_calls.load() << " async) soaked, "
                      << tot.elements.load() << " elements checked, in " << seconds_since(t0) << " s");
     CHECK(colls >= (soak_sanitized ? 500u : 3000u));
+    for (int a = 0; a < n_policies; ++a) {
+        const std::string name = policies[a].name;
+        CAPTURE(name);
+        CHECK(tot.per_policy[a].load() >= (soak_sanitized ? 10u : 50u));
+    }
 }

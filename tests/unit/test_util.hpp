@@ -141,4 +141,22 @@ private:
     std::size_t count_ = 0;
 };
 
+//! A policy value and the name the failure messages use.
+struct named_policy {
+    const char* name;
+    chorus::policy pol;
+};
+
+//! The affine map t -> a*t + b on 32-bit unsigned integers (wrapping) under
+//! composition: associative, not commutative, exact in any association, so
+//! a result equal to the rank-order fold shows that operand order was kept.
+struct affine {
+    std::uint32_t a, b;
+};
+struct compose_op {
+    static constexpr bool commutative = false;
+    static constexpr const char* name = "compose";
+    affine operator()(const affine& x, const affine& y) const { return {x.a * y.a, x.a * y.b + x.b}; }
+};
+
 } // namespace chorus_test

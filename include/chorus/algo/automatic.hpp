@@ -29,59 +29,12 @@
 
 #include "../core/config.hpp"
 #include "../model/cost.hpp"
-#include "compose.hpp"
-#include "direct.hpp"
-#include "hierarchical.hpp"
-#include "rabenseifner.hpp"
-#include "recursive_doubling.hpp"
-#include "ring.hpp"
+#include "../model/file.hpp"
+#include "any_schedule.hpp"
+#include "policy.hpp"
 #include "schedule.hpp"
-#include "tree.hpp"
-#include "two_shot.hpp"
 
 namespace chorus {
-
-//! What automatic::make_schedule returns: the chosen algorithm's schedule,
-//! a tagged union (as small as the largest schedule; trivially copyable, so
-//! it travels to a kernel as it is).
-struct auto_schedule {
-    model::algorithm which = model::algorithm::ring;
-    union {
-        ring_schedule ring_s;
-        direct_schedule direct_s;
-        tree<>::schedule tree_s;
-        recursive_doubling<>::schedule rd_s;
-        rabenseifner<>::schedule rab_s;
-        two_shot<>::schedule two_s;
-        hierarchical<>::schedule hier_s;
-    };
-
-    CHORUS_HD constexpr auto_schedule() : ring_s{} {}
-
-    template <class F>
-    CHORUS_HD constexpr auto visit(F&& f) const {
-        switch (which) {
-        case model::algorithm::direct: return f(direct_s);
-        case model::algorithm::tree: return f(tree_s);
-        case model::algorithm::recursive_doubling: return f(rd_s);
-        case model::algorithm::rabenseifner: return f(rab_s);
-        case model::algorithm::two_shot: return f(two_s);
-        case model::algorithm::hierarchical: return f(hier_s);
-        case model::algorithm::ring: break;
-        }
-        return f(ring_s);
-    }
-    CHORUS_HD constexpr int rank() const { return visit([](const auto& s) { return s.rank(); }); }
-    CHORUS_HD constexpr int channels() const { return visit([](const auto& s) { return s.channels(); }); }
-    CHORUS_HD constexpr std::uint64_t units() const { return visit([](const auto& s) { return s.units(); }); }
-    CHORUS_HD constexpr std::uint64_t scratch_elems() const {
-        return visit([](const auto& s) { return s.scratch_elems(); });
-    }
-    CHORUS_HD constexpr step unit(int c, std::uint64_t p) const {
-        return visit([c, p](const auto& s) { return s.unit(c, p); });
-    }
-    CHORUS_HD constexpr wait_spec final_wait() const { return visit([](const auto& s) { return s.final_wait(); }); }
-};
 
 namespace detail {
 //! The topology a choice is made against (see the file comment).
@@ -180,7 +133,7 @@ struct automatic {
     static constexpr bool reorders_operands = false;     //!< reordering candidates only for commutative operators
     static constexpr bool is_automatic = true;
     static constexpr const char* name = "automatic";
-    using schedule = auto_schedule;
+    static constexpr policy describe() { return policy::automatic(); }
 
     //! The algorithm automatic runs for this call.
     static model::algorithm choose(const schedule_args& a) {
@@ -198,7 +151,7 @@ struct automatic {
         algorithm which = algorithm::direct;
         while (true) {
             which = model::best(a.coll, a.nranks, bytes, t, cand, k, rpn);
-            if (k <= 1 || a.scratch_limit_bytes == 0 || fits(make_for(which, a), a)) break;
+            if (k <= 1 || a.scratch_limit_bytes == 0 || fits(which, a)) break;
             int j = 0; // drop the one that does not fit, weigh the rest again
             for (int i = 0; i < k; ++i)
                 if (cand[i] != which) cand[j++] = cand[i];
@@ -210,25 +163,10 @@ struct automatic {
         return which;
     }
 
-    static schedule make_schedule(const schedule_args& a) { return make_for(choose(a), a); }
-
 private:
-    static schedule make_for(model::algorithm which, const schedule_args& a) {
-        schedule s;
-        s.which = which;
-        switch (which) {
-        case model::algorithm::direct: s.direct_s = direct<>::make_schedule(a); break;
-        case model::algorithm::tree: s.tree_s = tree<>::make_schedule(a); break;
-        case model::algorithm::recursive_doubling: s.rd_s = recursive_doubling<>::make_schedule(a); break;
-        case model::algorithm::rabenseifner: s.rab_s = rabenseifner<>::make_schedule(a); break;
-        case model::algorithm::two_shot: s.two_s = two_shot<>::make_schedule(a); break;
-        case model::algorithm::hierarchical: s.hier_s = hierarchical<>::make_schedule(a); break;
-        case model::algorithm::ring: s.ring_s = ring<>::make_schedule(a); break;
-        }
-        return s;
-    }
-    static bool fits(const schedule& s, const schedule_args& a) {
-        return a.scratch_limit_bytes == 0 || s.scratch_elems() * a.elem_bytes <= a.scratch_limit_bytes;
+    static bool fits(model::algorithm which, const schedule_args& a) {
+        return a.scratch_limit_bytes == 0 ||
+               make_fixed_schedule(policy::fixed(which), a).scratch_elems() * a.elem_bytes <= a.scratch_limit_bytes;
     }
 };
 
@@ -248,17 +186,16 @@ struct deterministic {
     static constexpr direct_params params = detail::tuning_of<Algo>();
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "deterministic";
-    using own_schedule = decltype(Algo::make_schedule(schedule_args{}));
-    using schedule = alt_schedule<own_schedule, alt_schedule<direct_schedule, two_shot_schedule>>;
+    static constexpr policy describe() { return policy_of<Algo>.deterministic_of(); }
+};
 
-    static schedule make_schedule(const schedule_args& a) {
-        schedule s{};
-        if (a.coll == collective::all_gather || a.coll == collective::broadcast || a.coll == collective::barrier ||
-            is_exchange(a.coll)) {
-            s.a = Algo::make_schedule(a);
-            return s;
-        }
-        s.use_b = true;
+//! The schedule policy `p` runs for one rank's call `a`: the one dispatch
+//! from a policy (and automatic's choice) to a schedule.
+inline any_schedule make_schedule(const policy& p, const schedule_args& a) {
+    if (is_exchange(a.coll)) return make_fixed_schedule(p, a);
+    if (p.deterministic) {
+        if (a.coll == collective::all_gather || a.coll == collective::broadcast || a.coll == collective::barrier)
+            return p.choose ? make_schedule(policy::automatic(), a) : make_fixed_schedule(p, a);
         bool two = false;
         if (a.coll == collective::all_reduce && a.nranks > 1) {
             const model::algorithm cand[2] = {model::algorithm::direct, model::algorithm::two_shot};
@@ -266,11 +203,44 @@ struct deterministic {
             two = model::best(a.coll, a.nranks, detail::call_bytes(a), t, cand, 2,
                               detail::choice_ranks_per_node(a, t)) == model::algorithm::two_shot;
         }
-        s.b.use_b = two;
-        if (two) s.b.b = two_shot<params>::make_schedule(a).a;
-        else s.b.a = direct<params>::make_schedule(a);
-        return s;
+        return make_fixed_schedule(policy::fixed(two ? algorithm::two_shot : algorithm::direct, p.tune), a);
     }
+    if (p.choose) return make_fixed_schedule(policy::fixed(automatic::choose(a)), a);
+    return make_fixed_schedule(p, a);
+}
+
+namespace detail {
+//! The last schedule a backend made, for one that plans the same call again
+//! and again (the usual case: the same gradient buckets every step): a
+//! repeated call costs a comparison instead of a plan (tens of nanoseconds
+//! of divisions, a choice for automatic). The exchange collectives are
+//! not remembered (their counts may change behind the same pointer).
+//! Not thread-safe: one per rank's in-order stream.
+class schedule_memo {
+public:
+    const any_schedule& make(const policy& p, const schedule_args& a) {
+        if (!valid_ || !(p == pol_) || !same_args(a, args_) || is_exchange(a.coll)) {
+            valid_ = false;
+            sch_ = make_schedule(p, a);
+            pol_ = p;
+            args_ = a;
+            valid_ = true;
+        }
+        return sch_;
+    }
+
+private:
+    policy pol_{};
+    schedule_args args_{};
+    any_schedule sch_{};
+    bool valid_ = false;
 };
+} // namespace detail
+
+//! The schedule policy type Algo runs for one rank's call `a`.
+template <class Algo>
+any_schedule make_schedule(const schedule_args& a) {
+    return make_schedule(policy_of<Algo>, a);
+}
 
 } // namespace chorus

@@ -1,9 +1,8 @@
 #pragma once
 //! \file algo/compose.hpp
-//! Building blocks the policies share: a schedule that is one of two
-//! schedule types (a policy's own schedule for the collectives it suits,
-//! another policy's for the rest), the "every other rank" group wait, and
-//! the piece of an index range a (channel, chunk) unit works on.
+//! Building blocks the policies share: the "every other rank" group wait,
+//! the piece of an index range a (channel, chunk) unit works on, and the
+//! non-power-of-two fold of the recursive algorithms.
 
 #include <cstdint>
 
@@ -12,23 +11,6 @@
 #include "schedule.hpp"
 
 namespace chorus {
-
-//! Runs `a` unless `use_b`, then `b`. Both are built by make_schedule; only
-//! the one in use is meaningful. Trivially copyable and device-clean like
-//! its parts.
-template <class A, class B>
-struct alt_schedule {
-    A a{};
-    B b{};
-    bool use_b = false;
-
-    CHORUS_HD constexpr int rank() const { return use_b ? b.rank() : a.rank(); }
-    CHORUS_HD constexpr int channels() const { return use_b ? b.channels() : a.channels(); }
-    CHORUS_HD constexpr std::uint64_t units() const { return use_b ? b.units() : a.units(); }
-    CHORUS_HD constexpr std::uint64_t scratch_elems() const { return use_b ? b.scratch_elems() : a.scratch_elems(); }
-    CHORUS_HD constexpr step unit(int c, std::uint64_t p) const { return use_b ? b.unit(c, p) : a.unit(c, p); }
-    CHORUS_HD constexpr wait_spec final_wait() const { return use_b ? b.final_wait() : a.final_wait(); }
-};
 
 namespace detail {
 

@@ -38,6 +38,7 @@
 #include "../core/config.hpp"
 #include "../plan/partition.hpp"
 #include "compose.hpp"
+#include "policy.hpp"
 #include "schedule.hpp"
 
 namespace chorus {
@@ -62,7 +63,7 @@ struct direct {
     static constexpr direct_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "direct";
-    static constexpr direct_schedule make_schedule(const schedule_args& a);
+    static constexpr policy describe() { return policy::fixed(algorithm::direct, {P.channels, P.chunk_bytes}); }
 };
 
 //! The steps of one rank in a direct collective.
@@ -255,11 +256,6 @@ CHORUS_HD constexpr direct_schedule make_direct_schedule(const schedule_args& a,
     const std::uint64_t max_units = ((std::uint64_t(1) << 31) - 1) / (whole ? 1 : 4);
     s.chunks = chunk_count(channel_len, a.elem_bytes, chunk_bytes, s.align, per_chunk, max_units);
     return s;
-}
-
-template <direct_params P>
-constexpr direct_schedule direct<P>::make_schedule(const schedule_args& a) {
-    return make_direct_schedule(a, P.channels, P.chunk_bytes);
 }
 
 } // namespace chorus

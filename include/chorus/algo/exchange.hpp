@@ -68,18 +68,25 @@ CHORUS_HD constexpr std::uint64_t strided_sum(const std::uint64_t* c, std::uint6
 }
 } // namespace detail
 
-//! Whether one rank's exchange call is in place (see the file comment).
-//! `counts` as in schedule_args (unused for AllToAll).
-template <class T>
-CHORUS_HD constexpr bool exchange_in_place(collective coll, const T* in, const T* out, int rank,
-                                           const std::uint64_t* counts) {
+//! Whether one rank's exchange call is in place (see the file comment), on
+//! buffers seen as bytes of `elem_bytes`-byte elements. `counts` as in
+//! schedule_args (unused for AllToAll).
+CHORUS_HD constexpr bool exchange_in_place(collective coll, const unsigned char* in, const unsigned char* out,
+                                           int rank, const std::uint64_t* counts, std::uint64_t elem_bytes) {
     if (coll == collective::all_gatherv || coll == collective::reduce_scatterv) {
-        const std::uint64_t displ = counts ? detail::strided_sum(counts, 0, std::uint64_t(rank), 1) : 0;
+        const std::uint64_t displ = counts ? detail::strided_sum(counts, 0, std::uint64_t(rank), 1) * elem_bytes : 0;
         if (displ == 0) return in == out;
         if (coll == collective::all_gatherv) return out != nullptr && out + displ == in;
         return in != nullptr && in + displ == out;
     }
     return in == out;
+}
+//! The same on typed buffers.
+template <class T>
+CHORUS_HD constexpr bool exchange_in_place(collective coll, const T* in, const T* out, int rank,
+                                           const std::uint64_t* counts) {
+    return exchange_in_place(coll, reinterpret_cast<const unsigned char*>(in),
+                             reinterpret_cast<const unsigned char*>(out), rank, counts, sizeof(T));
 }
 
 //! The steps of one rank in an exchange collective.
@@ -218,19 +225,6 @@ struct exchange_schedule {
         return everyone(std::uint64_t(nranks) * chunks);
     }
 };
-
-//! The tuning a policy gives the exchange schedule: its params.channels
-//! and params.chunk_bytes where it has them (1 channel, 1 MiB otherwise).
-template <class Algo>
-constexpr int exchange_channels() {
-    if constexpr (requires { Algo::params.channels; }) return int(Algo::params.channels);
-    else return 1;
-}
-template <class Algo>
-constexpr std::uint64_t exchange_chunk_bytes() {
-    if constexpr (requires { Algo::params.chunk_bytes; }) return std::uint64_t(Algo::params.chunk_bytes);
-    else return std::uint64_t(1) << 20;
-}
 
 //! Plans an exchange collective (a.coll: all_to_all, all_gatherv,
 //! reduce_scatterv or all_to_allv) with the policy's channels and chunk size.

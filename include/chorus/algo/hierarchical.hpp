@@ -11,13 +11,14 @@
 //! straight out of its node peers' windows) and the inter-node phase runs
 //! `Inter` over MPI point-to-point, pipelined in Inter::params.chunk_bytes.
 //!
-//! make_schedule (the schedule executors run, e.g. the threads backend,
-//! which emulates a node split with CHORUS_RANKS_PER_NODE) returns a
-//! hierarchical_schedule. With schedule_args::node_size = L, 0 < L < n and
-//! n % L == 0 (N = n / L nodes; node j = ranks jL .. jL+L-1; rank jL+l has
-//! local rank l), AllReduce is the composite below. Every other case (the
-//! other collectives, node_size 0, node_size >= n, n % node_size != 0) runs
-//! Intra's own schedule over all ranks ("flat").
+//! make_fixed_schedule (algo/any_schedule.hpp; the schedule executors run
+//! it, e.g. the threads backend, which emulates a node split with
+//! CHORUS_RANKS_PER_NODE) plans a hierarchical_schedule when
+//! schedule_args::node_size = L, 0 < L < n and n % L == 0 (N = n / L nodes;
+//! node j = ranks jL .. jL+L-1; rank jL+l has local rank l): AllReduce is
+//! the composite below. Every other case (the other collectives,
+//! node_size 0, node_size >= n, n % node_size != 0) runs Intra's own
+//! schedule over all ranks ("flat").
 //!
 //! Composite AllReduce, per channel (all phases use Intra's channel count;
 //! part l = split(count, l of L), the alignment-aware split):
@@ -50,52 +51,75 @@
 #include <cstdint>
 
 #include "direct.hpp"
+#include "policy.hpp"
 #include "ring.hpp"
 
 namespace chorus {
+
+//! A ring or a direct schedule: what hierarchical<> composes its phases of.
+//! Trivially copyable and device-clean like its parts.
+struct leaf_schedule {
+    bool is_direct = false;
+    union {
+        ring_schedule ring;
+        direct_schedule direct;
+    };
+
+    CHORUS_HD constexpr leaf_schedule() : ring{} {}
+    CHORUS_HD constexpr leaf_schedule(const ring_schedule& s) : ring{s} {}
+    CHORUS_HD constexpr leaf_schedule(const direct_schedule& s) : is_direct{true}, direct{s} {}
+
+    CHORUS_HD constexpr int rank() const { return is_direct ? direct.rank() : ring.rank(); }
+    CHORUS_HD constexpr int channels() const { return is_direct ? direct.channels() : ring.channels(); }
+    CHORUS_HD constexpr std::uint64_t units() const { return is_direct ? direct.units() : ring.units(); }
+    CHORUS_HD constexpr std::uint64_t scratch_elems() const {
+        return is_direct ? direct.scratch_elems() : ring.scratch_elems();
+    }
+    CHORUS_HD constexpr step unit(int c, std::uint64_t p) const {
+        return is_direct ? unit_of(direct, c, p) : unit_of(ring, c, p);
+    }
+    CHORUS_HD constexpr wait_spec final_wait() const { return is_direct ? direct.final_wait() : ring.final_wait(); }
+};
 
 namespace detail {
 //! The parts of an AllReduce pattern hierarchical<> composes.
 enum class hier_phase : std::uint8_t { reduce_scatter, all_reduce, all_gather };
 
-//! A policy's schedule for one phase of AllReduce with explicit channels
-//! (over the group of ranks `a` describes; `base_offset` as in make_ring_plan).
-template <ring_params P>
-constexpr ring_schedule phase_schedule(ring<P>*, const schedule_args& a, int channels, hier_phase ph,
-                                       std::uint64_t base_offset) {
+//! Algorithm `a` (ring or direct) for one phase of AllReduce over the group
+//! of ranks `g` describes, with `channels` and a's chunk size;
+//! `base_offset` as in make_ring_plan. Every phase keeps its unit count
+//! within a quarter of the flag's range (fewer chunks: larger ones).
+constexpr leaf_schedule phase_schedule(algorithm a, std::uint64_t chunk_bytes, const schedule_args& g, int channels,
+                                       hier_phase ph, std::uint64_t base_offset) {
+    if (a == algorithm::direct) {
+        const direct_phase dp = ph == hier_phase::reduce_scatter ? direct_phase::reduce_scatter
+                                : ph == hier_phase::all_gather   ? direct_phase::all_gather
+                                                                 : direct_phase::whole;
+        direct_schedule s = make_direct_schedule(g, channels, chunk_bytes, dp, base_offset);
+        const std::uint64_t cap = ((std::uint64_t(1) << 29) - 1) / 2;
+        if (dp == direct_phase::whole && s.chunks > cap) s.chunks = cap;
+        return s;
+    }
     const ring_phase rp = ph == hier_phase::reduce_scatter ? ring_phase::reduce_scatter
                           : ph == hier_phase::all_gather   ? ring_phase::all_gather
                                                            : ring_phase::whole;
-    ring_schedule s{make_ring_plan(collective::all_reduce, a.rank, a.nranks, 0, a.count, a.elem_bytes, base_offset,
-                                   channels, P.chunk_bytes, rp)};
+    ring_schedule s{make_ring_plan(collective::all_reduce, g.rank, g.nranks, 0, g.count, g.elem_bytes, base_offset,
+                                   channels, chunk_bytes, rp)};
     // The whole pattern is planned for the flag's full range: keep it to a
-    // quarter, like the other phases (fewer chunks: larger ones, same result).
+    // quarter, like the other phases.
     const std::uint64_t cap = (std::uint64_t(1) << 29) / (s.plan.steps ? s.plan.steps : 1);
     if (s.plan.chunks > cap) s.plan.chunks = cap;
     return s;
 }
-template <direct_params P>
-constexpr direct_schedule phase_schedule(direct<P>*, const schedule_args& a, int channels, hier_phase ph,
-                                         std::uint64_t base_offset) {
-    const direct_phase dp = ph == hier_phase::reduce_scatter ? direct_phase::reduce_scatter
-                            : ph == hier_phase::all_gather   ? direct_phase::all_gather
-                                                             : direct_phase::whole;
-    direct_schedule s = make_direct_schedule(a, channels, P.chunk_bytes, dp, base_offset);
-    const std::uint64_t cap = ((std::uint64_t(1) << 29) - 1) / 2; // as for ring: a quarter of the flag's range
-    if (dp == direct_phase::whole && s.chunks > cap) s.chunks = cap;
-    return s;
-}
 } // namespace detail
 
-//! What hierarchical<Intra, Inter>::make_schedule returns: the composite
-//! AllReduce described above, or (flat) Intra's schedule over all ranks.
+//! The composite AllReduce described above (only where a node split
+//! applies; elsewhere hierarchical<> runs Intra's schedule itself).
 //! Trivially copyable, constexpr and device-clean like its parts.
-template <class IntraS, class InterS>
 struct hierarchical_schedule {
-    IntraS a{};                   //!< flat: the whole schedule; else phase A (node reduce-scatter)
-    InterS b{};                   //!< phase B (inter-node all-reduce of our part, group-relative)
-    IntraS c{};                   //!< phase C (node all-gather)
-    bool flat = true;
+    leaf_schedule a{};            //!< phase A (node reduce-scatter)
+    leaf_schedule b{};            //!< phase B (inter-node all-reduce of our part, group-relative)
+    leaf_schedule c{};            //!< phase C (node all-gather)
     int me = 0;                   //!< absolute rank
     int node_size = 1;            //!< L
     int nodes = 1;                //!< N
@@ -105,15 +129,13 @@ struct hierarchical_schedule {
     // The schedule interface (exec/rank_program.hpp).
     CHORUS_HD constexpr int rank() const { return me; }
     CHORUS_HD constexpr int channels() const { return a.channels(); }
-    CHORUS_HD constexpr std::uint64_t units() const { return flat ? a.units() : start_c() + uc; }
+    CHORUS_HD constexpr std::uint64_t units() const { return start_c() + uc; }
     CHORUS_HD constexpr std::uint64_t scratch_elems() const {
-        if (flat) return a.scratch_elems();
         std::uint64_t m = a.scratch_elems() > c.scratch_elems() ? a.scratch_elems() : c.scratch_elems();
         const std::uint64_t mb = b.scratch_elems() ? part_begin + b.scratch_elems() : 0;
         return mb > m ? mb : m;
     }
     CHORUS_HD constexpr step unit(int ch, std::uint64_t p) const {
-        if (flat) return a.unit(ch, p);
         if (p < ua) return lift(a.unit(ch, p), node_base(), 1, 0, 0, false);
         step s{};
         // The phase transitions wait on every channel: phase B splits our
@@ -136,7 +158,7 @@ struct hierarchical_schedule {
         }
         return lift(c.unit(ch, p - start_c()), node_base(), 1, 0, start_c(), false);
     }
-    CHORUS_HD constexpr wait_spec final_wait() const { return flat ? a.final_wait() : node_group(units()); }
+    CHORUS_HD constexpr wait_spec final_wait() const { return node_group(units()); }
 
     CHORUS_HD constexpr int local() const { return me % node_size; }
     CHORUS_HD constexpr int node_base() const { return me - local(); }
@@ -191,63 +213,78 @@ struct hierarchical_schedule {
     }
 };
 
+//! True when hierarchical<> runs its composite for call `a` (see the file comment).
+constexpr bool hierarchical_split(const schedule_args& a) {
+    const int L = a.node_size;
+    return a.coll == collective::all_reduce && L > 0 && L < a.nranks && a.nranks % L == 0;
+}
+
+//! Plans the composite AllReduce of hierarchical<Intra, Inter> (policy `p`)
+//! for call `a`; hierarchical_split(a) must hold.
+constexpr hierarchical_schedule make_hierarchical_schedule(const policy& p, const schedule_args& a) {
+    hierarchical_schedule s{};
+    s.me = a.rank;
+    const int L = a.node_size;
+    const int ch = p.tune.channels;
+    s.node_size = L;
+    s.nodes = a.nranks / L;
+    const int l = a.rank % L;
+    schedule_args node = a;
+    node.coll = collective::all_reduce;
+    node.rank = l;
+    node.nranks = L;
+    node.root = 0;
+    s.a = detail::phase_schedule(p.intra, p.tune.chunk_bytes, node, ch, detail::hier_phase::reduce_scatter, 0);
+    s.c = detail::phase_schedule(p.intra, p.tune.chunk_bytes, node, ch, detail::hier_phase::all_gather, 0);
+    s.ua = s.a.units();
+    s.uc = s.c.units();
+    const alignment al = alignment_of(a.elem_bytes, 0);
+    for (int q = 0; q < L; ++q) { // every local rank's phase B, for the common length UB
+        const index_range pt = split({0, a.count}, std::uint64_t(q), std::uint64_t(L), al);
+        schedule_args grp = a;
+        grp.rank = a.rank / L;
+        grp.nranks = s.nodes;
+        grp.root = 0;
+        grp.count = pt.size();
+        grp.in_place = true; // phase B works on out
+        const leaf_schedule sub = detail::phase_schedule(p.inter, p.inter_tune.chunk_bytes, grp, ch,
+                                                         detail::hier_phase::all_reduce,
+                                                         (pt.begin * a.elem_bytes) % vector_bytes);
+        if (sub.units() > s.ub) s.ub = sub.units();
+        if (q == l) {
+            s.b = sub;
+            s.part_begin = pt.begin;
+        }
+    }
+    return s;
+}
+
+namespace detail {
+//! The algorithm a policy type of hierarchical<>'s phases names (ring or direct).
+template <class Algo>
+constexpr algorithm phase_algorithm() {
+    constexpr policy p = policy_of<Algo>;
+    static_assert(!p.choose && !p.deterministic &&
+                      (p.algo == algorithm::ring || p.algo == algorithm::direct),
+                  "chorus: hierarchical<Intra, Inter>: Intra and Inter must be ring<...> or direct<...>");
+    return p.algo;
+}
+} // namespace detail
+
 template <class Intra = ring<>, class Inter = ring<>>
 struct hierarchical {
     static_assert(requires { Intra::params; }, "chorus: hierarchical<Intra, Inter>: Intra must be an algorithm policy");
     static_assert(requires { Inter::params; }, "chorus: hierarchical<Intra, Inter>: Inter must be an algorithm policy");
     using intra = Intra;
     using inter = Inter;
-    using schedule = hierarchical_schedule<decltype(Intra::make_schedule(schedule_args{})),
-                                           decltype(Inter::make_schedule(schedule_args{}))>;
     //! The tuning every backend without a node split uses (threads: one node).
     static constexpr auto params = Intra::params;
     static constexpr bool reorders_operands = true;
     static constexpr bool is_hierarchical = true;
     static constexpr const char* name = "hierarchical";
-
-    //! See the file comment: the composite AllReduce when a.node_size splits
-    //! the ranks into several nodes, otherwise Intra's schedule.
-    static constexpr schedule make_schedule(const schedule_args& a) {
-        schedule s{};
-        s.me = a.rank;
-        const int L = a.node_size;
-        if (a.coll != collective::all_reduce || L <= 0 || L >= a.nranks || a.nranks % L != 0) {
-            s.a = Intra::make_schedule(a);
-            return s;
-        }
-        constexpr int ch = Intra::params.channels;
-        s.flat = false;
-        s.node_size = L;
-        s.nodes = a.nranks / L;
-        const int l = a.rank % L;
-        schedule_args node = a;
-        node.coll = collective::all_reduce;
-        node.rank = l;
-        node.nranks = L;
-        node.root = 0;
-        s.a = detail::phase_schedule(static_cast<Intra*>(nullptr), node, ch, detail::hier_phase::reduce_scatter, 0);
-        s.c = detail::phase_schedule(static_cast<Intra*>(nullptr), node, ch, detail::hier_phase::all_gather, 0);
-        s.ua = s.a.units();
-        s.uc = s.c.units();
-        const alignment al = alignment_of(a.elem_bytes, 0);
-        for (int q = 0; q < L; ++q) { // every local rank's phase B, for the common length UB
-            const index_range pt = split({0, a.count}, std::uint64_t(q), std::uint64_t(L), al);
-            schedule_args grp = a;
-            grp.rank = a.rank / L;
-            grp.nranks = s.nodes;
-            grp.root = 0;
-            grp.count = pt.size();
-            grp.in_place = true; // phase B works on out
-            const auto sub = detail::phase_schedule(static_cast<Inter*>(nullptr), grp, ch,
-                                                    detail::hier_phase::all_reduce,
-                                                    (pt.begin * a.elem_bytes) % vector_bytes);
-            if (sub.units() > s.ub) s.ub = sub.units();
-            if (q == l) {
-                s.b = sub;
-                s.part_begin = pt.begin;
-            }
-        }
-        return s;
+    static constexpr policy describe() {
+        return policy::hierarchical(detail::phase_algorithm<Intra>(), policy_of<Intra>.tune,
+                                    detail::phase_algorithm<Inter>(), policy_of<Inter>.tune);
     }
 };
 

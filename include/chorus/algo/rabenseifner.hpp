@@ -164,6 +164,23 @@ struct rabenseifner_schedule {
     CHORUS_HD constexpr wait_spec final_wait() const { return detail::everyone(nranks, units()); }
 };
 
+//! Plans rabenseifner<>'s AllReduce with tuning `t` (the other
+//! collectives run direct<>: make_fixed_schedule).
+constexpr rabenseifner_schedule make_rabenseifner_schedule(const schedule_args& a, tuning t) {
+    rabenseifner_schedule r{};
+    r.nranks = a.nranks;
+    r.me = a.rank;
+    r.nchannels = t.channels;
+    r.count = a.count;
+    r.align = alignment_of(a.elem_bytes, 0);
+    // Chunk the largest round: half of a channel's share.
+    const std::uint64_t channel_len = max_part_bound(a.count, std::uint64_t(t.channels), r.align);
+    const std::uint64_t rounds = 2 * std::uint64_t(detail::pow2_fold::of(a.nranks).m) + 2;
+    r.chunks = chunk_count((channel_len + 1) / 2, a.elem_bytes, t.chunk_bytes, r.align, 4 * rounds,
+                           (std::uint64_t(1) << 31) - 1);
+    return r;
+}
+
 //! Rabenseifner: AllReduce as recursive-halving reduce-scatter plus
 //! recursive-doubling all-gather. Other collectives run direct<>.
 template <recursive_params P = recursive_params{}>
@@ -174,28 +191,7 @@ struct rabenseifner {
     static constexpr recursive_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "rabenseifner";
-    using schedule = alt_schedule<rabenseifner_schedule, direct_schedule>;
-
-    static constexpr schedule make_schedule(const schedule_args& a) {
-        schedule s{};
-        if (a.coll != collective::all_reduce) {
-            s.use_b = true;
-            s.b = direct<P>::make_schedule(a);
-            return s;
-        }
-        rabenseifner_schedule& r = s.a;
-        r.nranks = a.nranks;
-        r.me = a.rank;
-        r.nchannels = P.channels;
-        r.count = a.count;
-        r.align = alignment_of(a.elem_bytes, 0);
-        // Chunk the largest round: half of a channel's share.
-        const std::uint64_t channel_len = max_part_bound(a.count, std::uint64_t(P.channels), r.align);
-        const std::uint64_t rounds = 2 * std::uint64_t(detail::pow2_fold::of(a.nranks).m) + 2;
-        r.chunks = chunk_count((channel_len + 1) / 2, a.elem_bytes, P.chunk_bytes, r.align, 4 * rounds,
-                               (std::uint64_t(1) << 31) - 1);
-        return s;
-    }
+    static constexpr policy describe() { return policy::fixed(algorithm::rabenseifner, {P.channels, P.chunk_bytes}); }
 };
 
 } // namespace chorus

@@ -142,6 +142,22 @@ struct recursive_doubling_schedule {
     CHORUS_HD constexpr wait_spec final_wait() const { return detail::everyone(nranks, units()); }
 };
 
+//! Plans recursive_doubling<>'s AllReduce with tuning `t` (the other
+//! collectives run direct<>: make_fixed_schedule).
+constexpr recursive_doubling_schedule make_recursive_doubling_schedule(const schedule_args& a, tuning t) {
+    recursive_doubling_schedule r{};
+    r.nranks = a.nranks;
+    r.me = a.rank;
+    r.nchannels = t.channels;
+    r.in_place = a.in_place;
+    r.count = a.count;
+    r.align = alignment_of(a.elem_bytes, 0);
+    const std::uint64_t channel_len = max_part_bound(a.count, std::uint64_t(t.channels), r.align);
+    const std::uint64_t rounds = std::uint64_t(detail::pow2_fold::of(a.nranks).m) + 2;
+    r.chunks = chunk_count(channel_len, a.elem_bytes, t.chunk_bytes, r.align, 4 * rounds, (std::uint64_t(1) << 31) - 1);
+    return r;
+}
+
 //! Recursive doubling: AllReduce in log2(n) rounds (+2 for the fix-up).
 //! The other collectives run direct<> with the same channels and chunks.
 template <recursive_params P = recursive_params{}>
@@ -153,27 +169,8 @@ struct recursive_doubling {
     static constexpr recursive_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "recursive_doubling";
-    using schedule = alt_schedule<recursive_doubling_schedule, direct_schedule>;
-
-    static constexpr schedule make_schedule(const schedule_args& a) {
-        schedule s{};
-        if (a.coll != collective::all_reduce) {
-            s.use_b = true;
-            s.b = direct<P>::make_schedule(a);
-            return s;
-        }
-        recursive_doubling_schedule& r = s.a;
-        r.nranks = a.nranks;
-        r.me = a.rank;
-        r.nchannels = P.channels;
-        r.in_place = a.in_place;
-        r.count = a.count;
-        r.align = alignment_of(a.elem_bytes, 0);
-        const std::uint64_t channel_len = max_part_bound(a.count, std::uint64_t(P.channels), r.align);
-        const std::uint64_t rounds = std::uint64_t(detail::pow2_fold::of(a.nranks).m) + 2;
-        r.chunks = chunk_count(channel_len, a.elem_bytes, P.chunk_bytes, r.align, 4 * rounds,
-                               (std::uint64_t(1) << 31) - 1);
-        return s;
+    static constexpr policy describe() {
+        return policy::fixed(algorithm::recursive_doubling, {P.channels, P.chunk_bytes});
     }
 };
 

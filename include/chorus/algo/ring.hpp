@@ -52,6 +52,7 @@
 
 #include "../core/config.hpp"
 #include "../plan/partition.hpp"
+#include "policy.hpp"
 #include "schedule.hpp"
 
 namespace chorus {
@@ -76,7 +77,7 @@ struct ring {
     static constexpr ring_params params = P;
     static constexpr bool reorders_operands = true;
     static constexpr const char* name = "ring";
-    static constexpr ring_schedule make_schedule(const schedule_args& a);
+    static constexpr policy describe() { return policy::fixed(algorithm::ring, {P.channels, P.chunk_bytes}); }
 };
 
 //! Everything every rank must agree on to run one ring collective.
@@ -318,13 +319,13 @@ struct ring_schedule {
     }
 };
 
-template <ring_params P>
-constexpr ring_schedule ring<P>::make_schedule(const schedule_args& a) {
+//! Plans ring<> with tuning `t` for one rank's call `a`.
+CHORUS_HD constexpr ring_schedule make_ring_schedule(const schedule_args& a, tuning t) {
     // Planned relative to a 16-byte aligned base: ranks must agree on the
     // plan and may hold buffers at different offsets; executors peel each
     // chunk's ragged head and tail themselves.
-    return ring_schedule{make_ring_plan(a.coll, a.rank, a.nranks, a.root, a.count, a.elem_bytes, 0, P.channels,
-                                        P.chunk_bytes)};
+    return ring_schedule{make_ring_plan(a.coll, a.rank, a.nranks, a.root, a.count, a.elem_bytes, 0, t.channels,
+                                        t.chunk_bytes)};
 }
 
 } // namespace chorus

@@ -14,6 +14,7 @@
 //! the flag's high 32 bits, so flags never need resetting.
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../core/config.hpp"
 
@@ -140,6 +141,15 @@ struct schedule_args {
     std::uint64_t scratch_limit_bytes = 0;
 };
 
+//! True when two calls have the same schedule_args (every field; pointers
+//! by address).
+CHORUS_HD constexpr bool same_args(const schedule_args& a, const schedule_args& b) {
+    return a.coll == b.coll && a.rank == b.rank && a.nranks == b.nranks && a.root == b.root && a.count == b.count &&
+           a.elem_bytes == b.elem_bytes && a.in_place == b.in_place && a.node_size == b.node_size &&
+           a.counts == b.counts && a.commutative == b.commutative && a.topo == b.topo &&
+           a.scratch_limit_bytes == b.scratch_limit_bytes;
+}
+
 //! Whether one rank's call is in place as the API defines it: AllGather,
 //! `in` is block `rank` of `out`; ReduceScatter, `out` is block `rank` of
 //! `in`; the others, in == out. `count` as in schedule_args.
@@ -148,6 +158,31 @@ CHORUS_HD constexpr bool in_place_call(collective coll, const T* in, const T* ou
     if (coll == collective::reduce_scatter) return out == in + std::uint64_t(rank) * count;
     if (coll == collective::all_gather) return out + std::uint64_t(rank) * count == in;
     return in == out;
+}
+
+namespace detail {
+//! s.unit(c, p), compiled as a function of its own (CHORUS_NOINLINE).
+template <class S>
+CHORUS_HD CHORUS_NOINLINE step unit_out_of_line(const S& s, int c, std::uint64_t p) {
+    return s.unit(c, p);
+}
+} // namespace detail
+
+//! Unit p of channel c of schedule `s`, where one schedule is a part of
+//! another (hierarchical<>'s phases, two_shot<>'s shots, any_schedule's
+//! kinds). In device code out of line, so each schedule's code is compiled
+//! once however many composites use it: nvcc's ptxas takes time that grows
+//! faster than the size of a function, and this is what keeps a kernel
+//! cheap to build (one default all_reduce in a .cu file: 67 s of build
+//! with everything inlined, 13 s this way). In host code (compiled once
+//! per translation unit: host executors are not templates of the element
+//! type) and in constant expressions, inline.
+template <class S>
+CHORUS_HD constexpr step unit_of(const S& s, int c, std::uint64_t p) {
+#if defined(__CUDA_ARCH__)
+    if (!std::is_constant_evaluated()) return detail::unit_out_of_line(s, c, p);
+#endif
+    return s.unit(c, p);
 }
 
 namespace detail {

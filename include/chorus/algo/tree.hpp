@@ -197,6 +197,28 @@ struct tree_schedule {
     }
 };
 
+//! Plans tree<>'s own schedule (AllReduce, Broadcast, Reduce, barrier)
+//! with tuning `t`; AllGather and ReduceScatter run ring<> (make_fixed_schedule).
+constexpr tree_schedule make_tree_schedule(const schedule_args& a, tuning t) {
+    tree_schedule s{};
+    s.coll = a.coll;
+    s.nranks = a.nranks;
+    s.me = a.rank;
+    s.root = a.root;
+    s.nchannels = t.channels;
+    s.count = a.coll == collective::barrier ? 0 : a.count;
+    s.align = alignment_of(a.elem_bytes, 0);
+    if (a.coll == collective::barrier) {
+        s.coll = collective::broadcast; // a broadcast of nothing: every rank waits for every rank at the end
+        s.chunks = 1;
+        return s;
+    }
+    const std::uint64_t half_len = max_part_bound(s.count, 2, s.align);
+    const std::uint64_t channel_len = max_part_bound(half_len, std::uint64_t(t.channels), s.align);
+    s.chunks = chunk_count(channel_len, a.elem_bytes, t.chunk_bytes, s.align, 12, (std::uint64_t(1) << 31) - 1);
+    return s;
+}
+
 //! Double binary tree policy: AllReduce, Broadcast, Reduce (AllGather and
 //! ReduceScatter run ring<> with the same channels and chunk size).
 template <tree_params P = tree_params{}>
@@ -207,34 +229,7 @@ struct tree {
     static constexpr tree_params params = P;
     static constexpr bool reorders_operands = true;
     static constexpr const char* name = "tree";
-    using schedule = alt_schedule<tree_schedule, ring_schedule>;
-
-    static constexpr schedule make_schedule(const schedule_args& a) {
-        schedule s{};
-        if (a.coll == collective::all_gather || a.coll == collective::reduce_scatter) {
-            s.use_b = true;
-            s.b = ring<ring_params{P.channels, P.chunk_bytes}>::make_schedule(a);
-            return s;
-        }
-        tree_schedule& t = s.a;
-        t.coll = a.coll;
-        t.nranks = a.nranks;
-        t.me = a.rank;
-        t.root = a.root;
-        t.nchannels = P.channels;
-        t.count = a.coll == collective::barrier ? 0 : a.count;
-        t.align = alignment_of(a.elem_bytes, 0);
-        if (a.coll == collective::barrier) {
-            t.coll = collective::broadcast; // a broadcast of nothing: every rank waits for every rank at the end
-            t.chunks = 1;
-            return s;
-        }
-        const std::uint64_t half_len = max_part_bound(t.count, 2, t.align);
-        const std::uint64_t channel_len = max_part_bound(half_len, std::uint64_t(P.channels), t.align);
-        t.chunks = chunk_count(channel_len, a.elem_bytes, P.chunk_bytes, t.align, 12,
-                               (std::uint64_t(1) << 31) - 1);
-        return s;
-    }
+    static constexpr policy describe() { return policy::fixed(algorithm::tree, {P.channels, P.chunk_bytes}); }
 };
 
 } // namespace chorus

@@ -44,13 +44,13 @@ struct two_shot_schedule {
 
     CHORUS_HD constexpr step unit(int c, std::uint64_t p) const {
         if (nranks == 1) { // a local copy with the epilogue
-            step s = rs.unit(c, p);
+            step s = unit_of(rs, c, p);
             s.finish = true;
             return s;
         }
         const std::uint64_t a = rs.units();
         if (p < a) {
-            step s = rs.unit(c, p);
+            step s = unit_of(rs, c, p);
             s.finish = true; // the fan-in covers every rank
             return s;
         }
@@ -59,13 +59,23 @@ struct two_shot_schedule {
             s.waits[0] = detail::everyone(nranks, a);
             return s;
         }
-        step s = ag.unit(c, p - a - 1);
+        step s = unit_of(ag, c, p - a - 1);
         for (wait_spec& w : s.waits)
             if (w.peer >= 0) w.units += a + 1;
         return s;
     }
     CHORUS_HD constexpr wait_spec final_wait() const { return detail::everyone(nranks, units()); }
 };
+
+//! Plans two_shot<>'s AllReduce with tuning `t` (the other collectives
+//! run direct<>: make_fixed_schedule).
+constexpr two_shot_schedule make_two_shot_schedule(const schedule_args& a, tuning t) {
+    two_shot_schedule s{};
+    s.nranks = a.nranks;
+    s.rs = make_direct_schedule(a, t.channels, t.chunk_bytes, direct_phase::reduce_scatter);
+    s.ag = make_direct_schedule(a, t.channels, t.chunk_bytes, direct_phase::all_gather);
+    return s;
+}
 
 //! Two-shot policy: AllReduce as direct reduce-scatter + direct all-gather.
 template <recursive_params P = recursive_params{}>
@@ -76,20 +86,7 @@ struct two_shot {
     static constexpr recursive_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "two_shot";
-    using schedule = alt_schedule<two_shot_schedule, direct_schedule>;
-
-    static constexpr schedule make_schedule(const schedule_args& a) {
-        schedule s{};
-        if (a.coll != collective::all_reduce) {
-            s.use_b = true;
-            s.b = direct<P>::make_schedule(a);
-            return s;
-        }
-        s.a.nranks = a.nranks;
-        s.a.rs = make_direct_schedule(a, P.channels, P.chunk_bytes, direct_phase::reduce_scatter);
-        s.a.ag = make_direct_schedule(a, P.channels, P.chunk_bytes, direct_phase::all_gather);
-        return s;
-    }
+    static constexpr policy describe() { return policy::fixed(algorithm::two_shot, {P.channels, P.chunk_bytes}); }
 };
 
 } // namespace chorus

@@ -40,8 +40,8 @@
 #include <string>
 #include <vector>
 
+#include "../algo/any_schedule.hpp"
 #include "../algo/automatic.hpp"
-#include "../algo/direct.hpp"
 #include "../async/future.hpp"
 #include "../collectives/checks.hpp"
 #include "../core/error.hpp"
@@ -249,8 +249,9 @@ public:
     }
 
     //! \internal Enqueues one collective. Buffers were validated by the caller.
-    template <class T, class Op, class Algo>
-    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async);
+    template <class T, class Op>
+    future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
+                  bool async);
 
 private:
     [[noreturn]] void throw_fault() const {
@@ -268,9 +269,9 @@ private:
     bool user_stream_ = false;
 };
 
-template <class T, class Op, class Algo>
-future communicator<gpu::device>::launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
-                                         int root, bool async) {
+template <class T, class Op>
+future communicator<gpu::device>::launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
+                                         const Op& op, int root, bool async) {
     const bool user = user_stream_;
     cudaStream_t s = user ? next_stream_ : stream();
     user_stream_ = false;
@@ -289,32 +290,31 @@ future communicator<gpu::device>::launch(collective coll, const T* in, T* out, s
     }
     const detail::call_settings cs = issue();
 
-    auto enqueue = [&](const auto& sch, auto* tag) {
-        using S = std::remove_cvref_t<decltype(sch)>;
-        using Tk = std::remove_pointer_t<decltype(tag)>;
-        detail::lane_launch<Tk, Op, S> L{};
+    // One kernel per (element type, operator) runs every policy's schedule.
+    auto enqueue = [&](const any_schedule& sch, const policy& p) {
+        detail::lane_launch<T, Op, any_schedule> L{};
         L.sch = sch;
         L.world = {world_->table_for(dev), world_->abort_word, world_->faults, n};
         L.rank = rank_;
-        L.in = reinterpret_cast<const Tk*>(in);
-        L.out = reinterpret_cast<Tk*>(out);
-        const std::uint64_t need = sch.scratch_elems() * sizeof(Tk);
+        L.in = in;
+        L.out = out;
+        const std::uint64_t need = sch.scratch_elems() * sizeof(T);
         if (need > world_->scratch_bytes)
             throw error(errc::invalid_argument,
                         std::string("chorus::") + collective_name(coll) + ": this call needs " + std::to_string(need) +
                             " bytes of scratch per rank but the communicators were made with " +
                             std::to_string(world_->scratch_bytes) + " (gpu::options::scratch_bytes)");
-        L.scratch = static_cast<Tk*>(world_->scratch[std::size_t(rank_)]);
+        L.scratch = static_cast<T*>(world_->scratch[std::size_t(rank_)]);
         L.sig = {count, std::uint64_t(coll) | std::uint64_t(std::uint32_t(sch.channels())) << 8 |
                             std::uint64_t(std::uint32_t(root)) << 32,
-                 detail::type_hash<T>(), detail::type_hash<Op>(), detail::type_hash<Algo>()};
+                 detail::type_hash<T>(), detail::type_hash<Op>(), p.id()};
         L.timeout_ns = std::uint64_t(cs.timeout.count()) * 1000000ull;
         L.checked = cs.checked;
         L.op = op;
         // The blocks of every rank on this device spin on each other: all of
         // them must be resident at once, or the collective could only time out.
         const int blocks = world_->ranks_on_device(dev) * sch.channels();
-        const int resident = detail::resident_blocks(detail::collective_kernel<Tk, Op, S>, dev);
+        const int resident = detail::resident_blocks(detail::collective_kernel<T, Op>, dev);
         if (blocks > resident)
             throw error(errc::invalid_argument,
                         std::string("chorus::") + collective_name(coll) + ": " +
@@ -322,42 +322,22 @@ future communicator<gpu::device>::launch(collective coll, const T* in, T* out, s
                             " x " + std::to_string(sch.channels()) + " channel(s) need " + std::to_string(blocks) +
                             " resident thread blocks, but the device holds " + std::to_string(resident) +
                             " of this kernel at once; use fewer channels (Algo's params) or fewer ranks per device");
-        detail::collective_kernel<Tk, Op, S><<<sch.channels(), detail::collective_block_threads, 0, s>>>(L);
+        detail::collective_kernel<T, Op><<<sch.channels(), detail::collective_block_threads, 0, s>>>(L);
         detail::cuda_check(cudaGetLastError(), "launching the collective kernel");
     };
 
-    constexpr bool barrier_call = std::is_same_v<T, unsigned char> && std::is_same_v<Op, detail::copy_only>;
-    if (barrier_call && coll == collective::barrier) {
+    if (coll == collective::barrier) {
         // Every rank registers and waits for every other: a direct<>
         // AllReduce of nothing.
-        if constexpr (barrier_call) {
-            const auto sch = direct<>::make_schedule(schedule_args{collective::all_reduce, rank_, n, 0, 0, 1, false, 0});
-            enqueue(sch, static_cast<unsigned char*>(nullptr));
-        }
+        const policy d = policy::fixed(algorithm::direct);
+        enqueue(make_fixed_schedule(d, schedule_args{collective::all_reduce, rank_, n, 0, 0, 1, false, 0}), d);
     } else {
         schedule_args a{coll, rank_, n, root, count, sizeof(T), false, world_->node_size};
         a.in_place = in_place_call<T>(coll, in, out, rank_, count);
         a.commutative = op_traits<Op>::commutative;
         a.topo = &world_->topo;
         a.scratch_limit_bytes = world_->scratch_bytes;
-        if constexpr (requires { Algo::is_automatic; }) {
-            // Choose on the host and launch the chosen algorithm's own kernel
-            // (shared with the fixed policies): one kernel over auto_schedule
-            // would hold every algorithm's code and cost ~40 s of nvcc per
-            // (type, operator).
-            T* const tag = nullptr;
-            switch (Algo::choose(a)) {
-            case model::algorithm::ring: enqueue(ring<>::make_schedule(a), tag); break;
-            case model::algorithm::direct: enqueue(direct<>::make_schedule(a), tag); break;
-            case model::algorithm::tree: enqueue(tree<>::make_schedule(a), tag); break;
-            case model::algorithm::recursive_doubling: enqueue(recursive_doubling<>::make_schedule(a), tag); break;
-            case model::algorithm::rabenseifner: enqueue(rabenseifner<>::make_schedule(a), tag); break;
-            case model::algorithm::two_shot: enqueue(two_shot<>::make_schedule(a), tag); break;
-            case model::algorithm::hierarchical: enqueue(hierarchical<>::make_schedule(a), tag); break;
-            }
-        } else {
-            enqueue(Algo::make_schedule(a), static_cast<T*>(nullptr));
-        }
+        enqueue(make_schedule(pol, a), pol);
     }
 
     if (!async) {
@@ -593,10 +573,13 @@ template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, 
     detail::gpu_stream_scope scope(comm, stream);
     return detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, true);
 }
-inline void barrier(gpu::communicator& comm, cudaStream_t stream) {
+//! (A template, so that a translation unit that does not call it does not
+//! compile its kernel.)
+template <int = 0>
+void barrier(gpu::communicator& comm, cudaStream_t stream) {
     detail::gpu_stream_scope scope(comm, stream);
-    comm.template launch<unsigned char, detail::copy_only, ring<>>(collective::barrier, nullptr, nullptr, 0,
-                                                                  detail::copy_only{}, 0, false);
+    comm.template launch<unsigned char, detail::copy_only>(policy_of<ring<>>, collective::barrier, nullptr, nullptr,
+                                                           0, detail::copy_only{}, 0, false);
 }
 
 } // namespace chorus

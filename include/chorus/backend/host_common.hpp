@@ -9,12 +9,16 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "../algo/policy.hpp"
 #include "../algo/schedule.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
+#include "../exec/host_kernel.hpp"
 #include "../ops/traits.hpp"
 
 namespace chorus::detail {
@@ -36,7 +40,7 @@ struct descriptor {
     int channels = 0;
     std::uint64_t type_id = 0; //!< hash of the element type's name
     std::uint64_t op_id = 0;   //!< hash of the operator type's name
-    std::uint64_t algo_id = 0; //!< hash of the algorithm policy type (with its tuning)
+    std::uint64_t algo_id = 0; //!< the policy's id() (algorithm and tuning)
     std::uint64_t counts_id = 0; //!< the "v" collectives: hash of the counts array (counts_hash); 0 otherwise
     const char* type_name = "";
     const char* op_name = "";
@@ -63,13 +67,41 @@ struct descriptor {
     }
 };
 
-//! A printable name of an algorithm policy with its tuning, e.g.
+//! A printable name of a policy with its tuning, e.g.
 //! "ring<channels=2,chunk_bytes=65536>".
-template <class Algo>
-const char* algo_name() {
-    static const std::string name = std::string(Algo::name) + "<channels=" + std::to_string(Algo::params.channels) +
-                                    ",chunk_bytes=" + std::to_string(Algo::params.chunk_bytes) + ">";
-    return name.c_str();
+inline std::string policy_text(const policy& p) {
+    auto one = [](algorithm a, const tuning& t) {
+        return std::string(algorithm_name(a)) + "<channels=" + std::to_string(t.channels) +
+               ",chunk_bytes=" + std::to_string(t.chunk_bytes) + ">";
+    };
+    std::string s;
+    if (p.choose) s = "automatic";
+    else if (p.algo == algorithm::hierarchical)
+        s = "hierarchical<" + one(p.intra, p.tune) + "," + one(p.inter, p.inter_tune) + ">";
+    else s = one(p.algo, p.tune);
+    return p.deterministic ? "deterministic<" + s + ">" : s;
+}
+
+//! policy_text(p), kept for the life of the process (descriptors that
+//! peers read hold the pointer); the last one per thread is remembered,
+//! so a repeated call costs a comparison.
+inline const char* policy_name(const policy& p) {
+    thread_local policy last{};
+    thread_local const char* last_name = nullptr;
+    if (last_name != nullptr && last == p) return last_name;
+    static std::mutex m;
+    static std::vector<std::pair<policy, std::unique_ptr<std::string>>> names;
+    std::lock_guard<std::mutex> lk(m);
+    const char* found = nullptr;
+    for (const auto& [q, text] : names)
+        if (q == p) found = text->c_str();
+    if (found == nullptr) {
+        names.emplace_back(p, std::make_unique<std::string>(policy_text(p)));
+        found = names.back().second->c_str();
+    }
+    last = p;
+    last_name = found;
+    return found;
 }
 
 //! Checked mode default: CHORUS_CHECK=1/0, else on in debug builds.
@@ -80,20 +112,6 @@ inline bool default_checked() {
 #else
     return true;
 #endif
-}
-
-//! A stable per-program identifier of a type (FNV-1a of its spelled name),
-//! so ranks can tell float from int32 and sum from a user operator.
-template <class X>
-constexpr std::uint64_t type_hash() {
-#if defined(__GNUC__) || defined(__clang__)
-    const char* s = __PRETTY_FUNCTION__;
-#else
-    const char* s = __FUNCSIG__;
-#endif
-    std::uint64_t h = 1469598103934665603ull;
-    for (; *s != '\0'; ++s) h = (h ^ static_cast<unsigned char>(*s)) * 1099511628211ull;
-    return h;
 }
 
 //! A fingerprint of a "v" collective's counts array (FNV-1a over the
@@ -139,21 +157,21 @@ private:
 };
 
 //! Fills the comparable part of `d` (what checked mode compares) for one
-//! call of collective `coll` with element type T, operator Op and policy Algo.
-template <class T, class Op, class Algo>
-void describe_call(descriptor& d, collective coll, std::uint64_t seq, std::uint64_t count, int root, int channels) {
+//! call of collective `coll` with element type and operator `t` and policy `p`.
+inline void describe_call(descriptor& d, collective coll, std::uint64_t seq, std::uint64_t count, int root,
+                          int channels, const call_types& t, const policy& p) {
     d.seq = seq;
     d.count = count;
-    d.elem_bytes = sizeof(T);
+    d.elem_bytes = t.elem_bytes;
     d.coll = coll;
     d.root = root;
     d.channels = channels;
-    d.type_id = type_hash<T>();
-    d.op_id = type_hash<Op>();
-    d.algo_id = type_hash<Algo>();
-    d.type_name = element_traits<T>::name();
-    d.op_name = op_traits<Op>::name();
-    d.algo_name = algo_name<Algo>();
+    d.type_id = t.type_id;
+    d.op_id = t.op_id;
+    d.algo_id = p.id();
+    d.type_name = t.type_name;
+    d.op_name = t.op_name;
+    d.algo_name = policy_name(p);
 }
 
 //! What a call fixes when it is issued.

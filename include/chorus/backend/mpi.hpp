@@ -93,9 +93,8 @@
 #  include <sys/uio.h>
 #endif
 
-#include "../algo/exchange.hpp"
-#include "../algo/hierarchical.hpp"
-#include "../algo/ring.hpp"
+#include "../algo/any_schedule.hpp"
+#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "../async/host_stream.hpp"
 #include "../collectives/checks.hpp"
@@ -408,25 +407,12 @@ struct p2p_header {
     char type_name[40];
 };
 
-template <class A>
-inline constexpr bool is_ring_policy = false;
-template <ring_params P>
-inline constexpr bool is_ring_policy<ring<P>> = true;
-
 //! The policies communicator<mpi>'s engine runs: ring<> and
 //! hierarchical<Intra, ring<>>. The rest run as schedules.
-template <class Algo>
-constexpr bool engine_policy() {
-    if constexpr (hierarchical_policy<Algo>) return is_ring_policy<typename Algo::inter>;
-    else return is_ring_policy<Algo>;
+constexpr bool engine_policy(const policy& p) {
+    if (p.choose || p.deterministic) return false;
+    return p.algo == algorithm::ring || (p.algo == algorithm::hierarchical && p.inter == algorithm::ring);
 }
-
-//! A policy that picks the algorithm per call (automatic): choose(args).
-template <class Algo>
-concept automatic_policy = requires(const schedule_args& a) {
-    requires bool(Algo::is_automatic);
-    Algo::choose(a);
-};
 
 } // namespace detail
 
@@ -633,9 +619,9 @@ public:
     //! \internal Runs (or queues) one collective. Buffers were validated by the caller.
     //! `counts`: the "v" collectives' counts (schedule_args::counts; copied
     //! for an async call, so the caller may free them at once).
-    template <class T, class Op, class Algo>
-    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async,
-                  std::span<const std::uint64_t> counts = {}) {
+    template <class T, class Op>
+    future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
+                  int root, bool async, std::span<const std::uint64_t> counts = {}) {
         if (broken())
             throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
                                            ": the communicator is broken (" + reason() + "); create a new one");
@@ -648,8 +634,8 @@ public:
         const call_settings cs = issue();
         if (async) {
             auto owned = std::make_shared<const std::vector<std::uint64_t>>(counts.begin(), counts.end());
-            auto task = [this, coll, in, out, count, op, root, seq, cs, owned] {
-                run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs, std::span<const std::uint64_t>(*owned));
+            auto task = [this, pol, coll, in, out, count, op, root, seq, cs, owned] {
+                run<T, Op>(pol, coll, in, out, count, op, root, seq, cs, std::span<const std::uint64_t>(*owned));
             };
             return stream_.enqueue(std::function<void()>(task), [this, coll] {
                 fail_reason("rank " + std::to_string(rank_) + " left an unfinished " + collective_name(coll) +
@@ -658,8 +644,8 @@ public:
             });
         }
         // Sync: the caller's counts outlive the call.
-        stream_.run_sync([this, coll, in, out, count, &op, root, seq, cs, counts] {
-            run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs, counts);
+        stream_.run_sync([this, &pol, coll, in, out, count, &op, root, seq, cs, counts] {
+            run<T, Op>(pol, coll, in, out, count, op, root, seq, cs, counts);
         });
         return future();
     }
@@ -724,15 +710,15 @@ private:
         return by ? "rank " + std::to_string(by - 1) + " on this node failed" : std::string();
     }
 
-    template <class T, class Op, class Algo>
-    void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq,
-             call_settings cs, std::span<const std::uint64_t> counts);
-    template <class T, class Op, class Algo>
-    void run_engine(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                    std::chrono::steady_clock::time_point deadline, call_settings cs);
-    template <class T, class Op, class Algo, class Make>
-    void run_schedule(collective coll, const T* in, T* out, const Op& op, const schedule_args& args, Make&& make,
-                      std::chrono::steady_clock::time_point deadline, call_settings cs);
+    template <class T, class Op>
+    void run(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
+             std::uint64_t seq, call_settings cs, std::span<const std::uint64_t> counts);
+    template <class T, class Op>
+    void run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
+                    int root, std::chrono::steady_clock::time_point deadline, call_settings cs);
+    template <class T, class Op>
+    void run_schedule(const policy& pol, collective coll, const T* in, T* out, const Op& op,
+                      const schedule_args& args, std::chrono::steady_clock::time_point deadline, call_settings cs);
     template <class T>
     void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
     [[noreturn]] void fail_call(const std::string& head, errc code, const std::string& msg) {
@@ -1246,9 +1232,10 @@ struct communicator<mpi>::engine {
     }
 };
 
-template <class T, class Op, class Algo>
-void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                            std::uint64_t seq, call_settings cs, std::span<const std::uint64_t> counts) {
+template <class T, class Op>
+void communicator<mpi>::run(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
+                            const Op& op, int root, std::uint64_t seq, call_settings cs,
+                            std::span<const std::uint64_t> counts) {
     const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
     const char* head_name = collective_name(coll);
     if (broken()) fail_call(head_name, errc::aborted, "the communicator is broken (" + reason() + ")");
@@ -1260,7 +1247,7 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
     for (const std::uint64_t c : counts) total += c;
     if (cs.checked) {
         detail::descriptor mine{};
-        detail::describe_call<T, Op, Algo>(mine, coll, seq, v ? total : count, root, 0);
+        detail::describe_call(mine, coll, seq, v ? total : count, root, 0, detail::call_types_of<T, Op>(), pol);
         mine.counts_id = v ? detail::counts_hash(counts.data(), counts.size()) : 0;
         check_all(mine, deadline);
     }
@@ -1282,54 +1269,42 @@ void communicator<mpi>::run(collective coll, const T* in, T* out, std::uint64_t 
     schedule_args args{coll, rank_, size_, root, count, sizeof(T), false, sched_node_size_};
     args.commutative = op_traits<Op>::commutative;
     args.topo = &topo_;
-    if (is_exchange(coll)) { // every policy: the exchange schedule, tuned by Algo
-        constexpr int channels = Algo::params.channels;
-        constexpr std::uint64_t chunk_bytes = Algo::params.chunk_bytes;
+    if (is_exchange(coll)) { // every policy: the exchange schedule, tuned by the policy
         args.counts = counts.empty() ? nullptr : counts.data();
         args.in_place = exchange_in_place<T>(coll, in, out, rank_, args.counts);
-        run_schedule<T, Op, Algo>(
-            coll, in, out, op, args,
-            [](const schedule_args& a) { return make_exchange_schedule(a, channels, chunk_bytes); }, deadline, cs);
+        run_schedule<T, Op>(pol, coll, in, out, op, args, deadline, cs);
         return;
     }
     if (count == 0) return;
     args.in_place = in_place_call<T>(coll, in, out, rank_, count);
-    if constexpr (detail::automatic_policy<Algo>) {
-        // The model's pick: ring and hierarchical (hierarchical<>, ring
-        // between nodes, whose schedule's ring phases push) run on the
-        // engine, the rest as schedules.
-        using algorithm = std::remove_cv_t<decltype(Algo::choose(args))>;
-        const algorithm which = Algo::choose(args);
-        if (which == algorithm::ring) {
-            run_engine<T, Op, ring<>>(coll, in, out, count, op, root, deadline, cs);
-        } else if (which == algorithm::hierarchical) {
-            run_engine<T, Op, hierarchical<>>(coll, in, out, count, op, root, deadline, cs);
-        } else {
-            run_schedule<T, Op, Algo>(
-                coll, in, out, op, args, [](const schedule_args& a) { return Algo::make_schedule(a); }, deadline, cs);
-        }
-    } else if constexpr (detail::engine_policy<Algo>()) {
-        run_engine<T, Op, Algo>(coll, in, out, count, op, root, deadline, cs);
+    // ring and hierarchical with ring between nodes run on the engine
+    // (their schedules' ring phases push), and so do automatic's picks of
+    // ring (ring<>) and hierarchical (hierarchical<>); the rest as schedules.
+    if (pol.choose && !pol.deterministic) {
+        const algorithm which = automatic::choose(args);
+        if (which == algorithm::ring || which == algorithm::hierarchical)
+            run_engine<T, Op>(policy::fixed(which), coll, in, out, count, op, root, deadline, cs);
+        else
+            run_schedule<T, Op>(policy::fixed(which), coll, in, out, op, args, deadline, cs);
+    } else if (detail::engine_policy(pol)) {
+        run_engine<T, Op>(pol, coll, in, out, count, op, root, deadline, cs);
     } else {
-        static_assert(requires(const schedule_args& a) { Algo::make_schedule(a); },
-                      "chorus: communicator<mpi> runs ring<>, hierarchical<> and policies that plan a schedule "
-                      "(static make_schedule(const schedule_args&))");
-        run_schedule<T, Op, Algo>(
-            coll, in, out, op, args, [](const schedule_args& a) { return Algo::make_schedule(a); }, deadline, cs);
+        run_schedule<T, Op>(pol, coll, in, out, op, args, deadline, cs);
     }
 }
 
 //! ring<P> and hierarchical<Intra, ring<P>>: the engine (see the file comment).
-template <class T, class Op, class Algo>
-void communicator<mpi>::run_engine(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                                   std::chrono::steady_clock::time_point deadline, call_settings cs) {
+template <class T, class Op>
+void communicator<mpi>::run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
+                                   const Op& op, int root, std::chrono::steady_clock::time_point deadline,
+                                   call_settings cs) {
     const char* head_name = collective_name(coll);
-    constexpr bool hier = detail::hierarchical_policy<Algo>;
-    constexpr ring_params P = [] {
-        if constexpr (hier) return Algo::inter::params;
-        else return Algo::params;
-    }();
-    static_assert(P.chunk_bytes <= (std::size_t(1) << 30), "chorus: on the MPI backend chunk_bytes must be <= 1 GiB");
+    const bool hier = pol.algo == algorithm::hierarchical;
+    const std::uint64_t chunk_bytes = hier ? pol.inter_tune.chunk_bytes : pol.tune.chunk_bytes;
+    if (chunk_bytes > (std::uint64_t(1) << 30)) // every rank refuses it here, before anything moved
+        throw error(errc::invalid_argument, std::string("chorus::") + head_name +
+                                                ": on the MPI backend chunk_bytes must be <= 1 GiB (the policy has " +
+                                                std::to_string(chunk_bytes) + ")");
     detail::node_area* area = &node_area_;
     if (!hier) {
         if (!flat_area_) {
@@ -1339,7 +1314,7 @@ void communicator<mpi>::run_engine(collective coll, const T* in, T* out, std::ui
         }
         area = flat_area_.get();
     }
-    const std::uint64_t chunk = std::max<std::uint64_t>(1, P.chunk_bytes / sizeof(T));
+    const std::uint64_t chunk = std::max<std::uint64_t>(1, chunk_bytes / sizeof(T));
     engine<T, Op> e{*this, hier ? node_topo_ : flat_topo_, *area, op, deadline, chunk};
     const detail::status st = e.run(coll, in, out, count, root);
     if (st == detail::status::ok) return;
@@ -1363,25 +1338,26 @@ void communicator<mpi>::run_engine(collective coll, const T* in, T* out, std::ui
 
 //! Every other policy: its schedule on the schedule executor
 //! (mpi_schedule.hpp). `make(args)` plans one rank's schedule.
-template <class T, class Op, class Algo, class Make>
-void communicator<mpi>::run_schedule(collective coll, const T* in, T* out, const Op& op, const schedule_args& args,
-                                     Make&& make, std::chrono::steady_clock::time_point deadline, call_settings cs) {
+template <class T, class Op>
+void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T* in, T* out, const Op& op,
+                                     const schedule_args& args, std::chrono::steady_clock::time_point deadline,
+                                     call_settings cs) {
     const char* head_name = collective_name(coll);
-    const auto sch = make(args);
+    const any_schedule sch = make_schedule(pol, args);
     // Every rank's schedule (this one's too) as planned out of place: what
     // a rank reads from others does not depend on its own in_place.
     auto schedule_of = [&](int q) {
         schedule_args a = args;
         a.rank = q;
         a.in_place = false;
-        return make(a);
+        return make_schedule(pol, a);
     };
     if (!plan_.build(schedule_of, rank_, size_, sizeof(T))) {
         // Every rank walks every rank's schedule, so every rank refuses the
         // call here, before anything moved: the communicator stays usable.
         const auto& p = plan_.push;
         throw error(errc::internal,
-                    std::string("chorus::") + head_name + ": algorithm " + detail::algo_name<Algo>() + ": rank " +
+                    std::string("chorus::") + head_name + ": algorithm " + detail::policy_name(pol) + ": rank " +
                         std::to_string(p.rank) + "'s unit " + std::to_string(p.unit) + " of channel " +
                         std::to_string(p.channel) + " writes rank " + std::to_string(p.target) +
                         "'s buffer (a push), which communicator<mpi>'s schedule executor does not run "
@@ -1419,7 +1395,7 @@ void communicator<mpi>::run_schedule(collective coll, const T* in, T* out, const
     if (st == detail::status::timeout)
         fail_call(head_name, errc::timeout,
                   "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for rank " +
-                      std::to_string(bad) + " (" + doing + ", algorithm " + detail::algo_name<Algo>() + ")");
+                      std::to_string(bad) + " (" + doing + ", algorithm " + detail::policy_name(pol) + ")");
     if (st == detail::status::peer_exited && bad >= 0)
         fail_call(head_name, errc::peer_failed,
                   "rank " + std::to_string(bad) + " (process " + std::to_string(pids_[static_cast<std::size_t>(bad)]) +

@@ -39,12 +39,14 @@
 #  include <cuda_runtime_api.h>
 #endif
 
+#include "../algo/any_schedule.hpp"
+#include "../algo/automatic.hpp"
 #include "../algo/exchange.hpp"
-#include "../algo/ring.hpp"
 #include "../async/future.hpp"
 #include "../async/host_stream.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
+#include "../exec/host_kernel.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
 #include "host_common.hpp"
@@ -315,29 +317,43 @@ public:
     //! \internal Runs (or queues) one collective. Buffers were validated by the caller.
     //! `counts`: the "v" collectives' counts (schedule_args::counts; copied
     //! for an async call, so the caller may free them at once).
-    template <class T, class Op, class Algo>
-    future launch(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, bool async,
-                  std::span<const std::uint64_t> counts = {}) {
+    template <class T, class Op>
+    future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
+                  int root, bool async, std::span<const std::uint64_t> counts = {}) {
+        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
+        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
+        if (!async)
+            return launch_erased(pol, coll, in, out, count, detail::host_kernel_of<T>(op), {}, root, false, counts);
+        // An async call keeps its own copy of the operator (the caller's may go).
+        auto op_copy = std::make_shared<const Op>(op);
+        const detail::host_kernel k = detail::host_kernel_of<T>(*op_copy); // before op_copy is moved from
+        return launch_erased(pol, coll, in, out, count, k, std::move(op_copy), root, true, counts);
+    }
+
+    //! \internal launch() with the element type and operator erased: this
+    //! and everything it calls are compiled once, whatever T and Op.
+    //! `keep` holds what `k` points to (the operator) for an async call.
+    future launch_erased(const policy& pol, collective coll, const void* in, void* out, std::uint64_t count,
+                         const detail::host_kernel& k, std::shared_ptr<const void> keep, int root, bool async,
+                         std::span<const std::uint64_t> counts) {
         if (world_->aborted())
             throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
                                            ": the communicator is broken (" + world_->reason() + "); create a new one");
-        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
-        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
         const std::uint64_t seq = next_seq_++;
         const call_settings cs = issue();
         if (async) {
             auto owned = std::make_shared<const std::vector<std::uint64_t>>(counts.begin(), counts.end());
-            auto task = [this, coll, in, out, count, op, root, seq, cs, owned] {
-                run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs, std::span<const std::uint64_t>(*owned));
+            auto task = [this, pol, coll, in, out, count, k, keep = std::move(keep), root, seq, cs, owned] {
+                run(pol, coll, in, out, count, k, root, seq, cs, std::span<const std::uint64_t>(*owned));
             };
-            return stream_.enqueue(std::function<void()>(task), [w = world_, r = rank_, coll] {
+            return stream_.enqueue(std::function<void()>(std::move(task)), [w = world_, r = rank_, coll] {
                 w->abort(errc::peer_failed, "rank " + std::to_string(r) + " left an unfinished " +
                                                 collective_name(coll) + " behind while an exception unwound");
             });
         }
-        // Sync: the caller's counts outlive the call.
-        stream_.run_sync([this, coll, in, out, count, &op, root, seq, cs, counts] {
-            run<T, Op, Algo>(coll, in, out, count, op, root, seq, cs, counts);
+        // Sync: the caller's counts and operator outlive the call.
+        stream_.run_sync([this, &pol, coll, in, out, count, &k, root, seq, cs, counts] {
+            run(pol, coll, in, out, count, k, root, seq, cs, counts);
         });
         return future();
     }
@@ -367,18 +383,19 @@ public:
     }
 
 private:
-    template <class T, class Op>
     struct env;
 
     using call_settings = detail::call_settings;
 
-    template <class T, class Op, class Algo>
-    void run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root, std::uint64_t seq,
-             call_settings cs, std::span<const std::uint64_t> counts);
-    template <class T, class Op, class Algo, class Schedule>
-    void run_schedule(const Schedule& sch, collective coll, const T* in, T* out, std::uint64_t count,
-                      std::uint64_t counts_id, std::uint64_t rank_elems, const Op& op, int root, std::uint64_t seq,
-                      call_settings cs);
+    // Everything below launch() is compiled once, whatever the element
+    // type and operator: they reach it erased (exec/host_kernel.hpp).
+    void run(const policy& pol, collective coll, const void* in, void* out, std::uint64_t count,
+             const detail::host_kernel& k, int root, std::uint64_t seq, call_settings cs,
+             std::span<const std::uint64_t> counts);
+    void run_schedule(const policy& pol, const any_schedule& sch, collective coll, const void* in, void* out,
+                      std::uint64_t count, std::uint64_t counts_id, std::uint64_t rank_elems,
+                      const detail::host_kernel& k, int root, std::uint64_t seq, call_settings cs);
+
     template <class T>
     void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
     detail::status check_all(detail::descriptor& mine, std::uint64_t seq, std::chrono::steady_clock::time_point deadline,
@@ -388,6 +405,7 @@ private:
     int rank_;
     std::uint64_t next_seq_ = 1;
     detail::scratch_buffer scratch_;
+    detail::schedule_memo schedules_; //!< the last schedule made (calls run in issue order, one at a time)
     std::vector<detail::descriptor> peer_desc_; //!< peers' descriptors, cached per collective
     std::vector<std::uint64_t> peer_checked_;   //!< seq for which each peer's signature was checked
     std::vector<detail::descriptor> all_calls_; //!< checked mode: every rank's call
@@ -396,13 +414,12 @@ private:
 };
 
 //! The host executor's environment for one collective on one rank.
-template <class T, class Op>
 struct communicator<threads>::env {
     detail::threads_world& w;
     communicator<threads>& self;
     const detail::descriptor& mine;
     std::uint64_t seq;
-    Op op;
+    const detail::host_kernel& k;
     bool streaming;
     std::chrono::steady_clock::time_point deadline;
     std::uint64_t units;
@@ -474,13 +491,15 @@ struct communicator<threads>::env {
         return "rank " + std::to_string(self.rank_) + " called " + mine.call() + " but rank " + std::to_string(r) +
                " called " + d.call();
     }
-    T* base(const operand& o) {
+    //! Where operand `o` starts (bytes: the element size is k.types.elem_bytes).
+    unsigned char* base(const operand& o) {
         const detail::descriptor* d = o.rank == self.rank_ ? &mine : peer_desc(o.rank);
         if (d == nullptr) return nullptr;
+        const std::uint64_t at = o.offset * k.types.elem_bytes;
         switch (o.loc) {
-        case where::in: return const_cast<T*>(static_cast<const T*>(d->in)) + o.offset;
-        case where::out: return static_cast<T*>(d->out) + o.offset;
-        case where::scratch: return static_cast<T*>(d->scratch) + o.offset;
+        case where::in: return const_cast<unsigned char*>(static_cast<const unsigned char*>(d->in)) + at;
+        case where::out: return static_cast<unsigned char*>(d->out) + at;
+        case where::scratch: return static_cast<unsigned char*>(d->scratch) + at;
         case where::none: break;
         }
         return nullptr;
@@ -488,44 +507,47 @@ struct communicator<threads>::env {
 
     detail::status execute(const step& s) {
         if (s.count == 0) return detail::status::ok;
-        T* dst = base(s.dst);
-        T* dst2 = s.dst2.loc == where::none ? nullptr : base(s.dst2);
+        unsigned char* dst = base(s.dst);
+        unsigned char* dst2 = s.dst2.loc == where::none ? nullptr : base(s.dst2);
         if (s.fan_in >= 2) {
-            thread_local std::vector<const T*> srcs; // grows once per thread and type
+            thread_local std::vector<const void*> srcs; // grows once per thread
             srcs.resize(s.fan_in);
             for (int q = 0; q < int(s.fan_in); ++q) {
                 srcs[std::size_t(q)] = base({s.source_rank(q), s.src0.loc, s.src0.offset});
                 if (srcs[std::size_t(q)] == nullptr) return detail::status::mismatch;
             }
             if (dst == nullptr || (s.dst2.loc != where::none && dst2 == nullptr)) return detail::status::mismatch;
-            detail::host_reduce_fan(dst, dst2, srcs.data(), int(s.fan_in),
-                                    static_cast<std::size_t>(s.count), op, s.finish ? w.size() : 0);
+            k.reduce_fan(k.op, dst, dst2, srcs.data(), int(s.fan_in), static_cast<std::size_t>(s.count),
+                         s.finish ? w.size() : 0);
             return detail::status::ok;
         }
-        const T* a = base(s.src0);
-        const T* b = s.src1.loc == where::none ? nullptr : base(s.src1);
+        const unsigned char* a = base(s.src0);
+        const unsigned char* b = s.src1.loc == where::none ? nullptr : base(s.src1);
         if (dst == nullptr || a == nullptr || (s.src1.loc != where::none && b == nullptr) ||
             (s.dst2.loc != where::none && dst2 == nullptr))
             return detail::status::mismatch;
-        detail::host_reduce_copy(dst, dst2, a, b, static_cast<std::size_t>(s.count), op, s.finish ? w.size() : 0,
-                                 streaming);
+        k.reduce_copy(k.op, dst, dst2, a, b, static_cast<std::size_t>(s.count), s.finish ? w.size() : 0, streaming);
         return detail::status::ok;
     }
 };
 
-template <class T, class Op, class Algo>
-void communicator<threads>::run(collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                                std::uint64_t seq, call_settings cs, std::span<const std::uint64_t> counts) {
+inline void communicator<threads>::run(const policy& pol, collective coll, const void* in, void* out,
+                                       std::uint64_t count, const detail::host_kernel& k, int root, std::uint64_t seq,
+                                       call_settings cs, std::span<const std::uint64_t> counts) {
     detail::threads_world& w = *world_;
     if (w.aborted()) detail::throw_for(w, coll, detail::status::aborted, {});
     const int n = w.size();
-    schedule_args args{coll, rank_, n, root, count, sizeof(T), false, w.node_size()};
-    args.commutative = op_traits<Op>::commutative;
+    const std::uint64_t eb = k.types.elem_bytes;
+    const auto* in_b = static_cast<const unsigned char*>(in);
+    const auto* out_b = static_cast<const unsigned char*>(out);
+    schedule_args args{coll, rank_, n, root, count, eb, false, w.node_size()};
+    args.commutative = k.types.commutative;
     if (!is_exchange(coll)) {
-        args.in_place = in_place_call<T>(coll, in, out, rank_, count);
+        // in_place_call on bytes: block offsets scale by the element size.
+        args.in_place = in_place_call<unsigned char>(coll, in_b, out_b, rank_, count * eb);
         // Elements of one rank's larger buffer, for the streaming decision.
         const std::uint64_t rank_elems = coll == collective::all_gather ? count * std::uint64_t(n) : count;
-        run_schedule<T, Op, Algo>(Algo::make_schedule(args), coll, in, out, count, 0, rank_elems, op, root, seq, cs);
+        run_schedule(pol, schedules_.make(pol, args), coll, in, out, count, 0, rank_elems, k, root, seq, cs);
         return;
     }
     // The exchange collectives. What ranks compare (the descriptor's count)
@@ -534,20 +556,20 @@ void communicator<threads>::run(collective coll, const T* in, T* out, std::uint6
     std::uint64_t total = 0;
     for (const std::uint64_t c : counts) total += c;
     args.counts = counts.empty() ? nullptr : counts.data();
-    args.in_place = exchange_in_place<T>(coll, in, out, rank_, args.counts);
+    args.in_place = exchange_in_place(coll, in_b, out_b, rank_, args.counts, eb);
     const bool v = coll != collective::all_to_all;
     const std::uint64_t rank_elems = !v                                  ? count * std::uint64_t(n)
                                      : coll == collective::all_to_allv ? total / std::uint64_t(n)
                                                                        : total;
-    const exchange_schedule sch = make_exchange_schedule(args, exchange_channels<Algo>(), exchange_chunk_bytes<Algo>());
-    run_schedule<T, Op, Algo>(sch, coll, in, out, v ? total : count,
-                              v ? detail::counts_hash(counts.data(), counts.size()) : 0, rank_elems, op, root, seq, cs);
+    run_schedule(pol, make_schedule(pol, args), coll, in, out, v ? total : count,
+                 v ? detail::counts_hash(counts.data(), counts.size()) : 0, rank_elems, k, root, seq, cs);
 }
 
-template <class T, class Op, class Algo, class Schedule>
-void communicator<threads>::run_schedule(const Schedule& sch, collective coll, const T* in, T* out,
-                                         std::uint64_t count, std::uint64_t counts_id, std::uint64_t rank_elems,
-                                         const Op& op, int root, std::uint64_t seq, call_settings cs) {
+inline void communicator<threads>::run_schedule(const policy& pol, const any_schedule& sch, collective coll,
+                                                const void* in, void* out, std::uint64_t count,
+                                                std::uint64_t counts_id, std::uint64_t rank_elems,
+                                                const detail::host_kernel& k, int root, std::uint64_t seq,
+                                                call_settings cs) {
     const std::chrono::milliseconds timeout_ = cs.timeout; // this call's deadline
     detail::threads_world& w = *world_;
     const int n = w.size();
@@ -556,17 +578,17 @@ void communicator<threads>::run_schedule(const Schedule& sch, collective coll, c
     detail::descriptor& mine = w.slot(rank_).desc[seq & 1];
     mine.in = in;
     mine.out = out;
-    mine.scratch = sch.scratch_elems() ? scratch_.reserve(sch.scratch_elems() * sizeof(T)) : nullptr;
-    detail::describe_call<T, Op, Algo>(mine, coll, seq, count, root, channels);
+    mine.scratch = sch.scratch_elems() ? scratch_.reserve(sch.scratch_elems() * k.types.elem_bytes) : nullptr;
+    detail::describe_call(mine, coll, seq, count, root, channels, k.types, pol);
     mine.counts_id = counts_id;
     w.slot(rank_).sig[seq & 1].store(mine);
 
     // Stream stores past the cache when the ranks' buffers together
     // cannot stay in the last-level cache anyway.
-    const std::uint64_t bytes = rank_elems * sizeof(T);
+    const std::uint64_t bytes = rank_elems * k.types.elem_bytes;
     const std::uint64_t working_set = bytes * std::uint64_t(n) * (in == out ? 1 : 2);
-    env<T, Op> e{w, *this, mine, seq, op, working_set > w.llc_bytes(), std::chrono::steady_clock::now() + timeout_,
-                 sch.units(), -1, 0, 0, {}};
+    env e{w, *this, mine, seq, k, working_set > w.llc_bytes(), std::chrono::steady_clock::now() + timeout_,
+          sch.units(), -1, 0, 0, {}};
     std::atomic<std::uint64_t>& busy = w.slot(rank_).busy_seq;
     busy.store(seq, std::memory_order_seq_cst);
     for (int c = 0; c < channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish

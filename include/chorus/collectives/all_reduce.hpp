@@ -18,20 +18,29 @@ template <class Backend>
 class communicator;
 
 namespace detail {
+//! all_reduce with a policy value (what all_reduce<Algo> runs with policy_of<Algo>; a policy
+//! made at run time is checked by check_policy).
+template <class B, class T, class Op>
+future all_reduce_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
+                      const Op& op, bool async) {
+    constexpr collective c = collective::all_reduce;
+    check_policy(c, pol, op_traits<Op>::commutative);
+    check_data(c, "in", in.data(), in.size());
+    check_data(c, "out", out.data(), out.size());
+    if (in.size() != out.size())
+        throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but `in` has " +
+                         std::to_string(in.size()) + "; they must be equal");
+    if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
+        throw_arg(c, "`in` and `out` overlap without being the same buffer (for in-place, pass the same span)");
+    return comm.template launch<T, Op>(pol, c, in.data(), out.data(), out.size(), op, 0, async);
+}
+
 template <class Algo, class B, class T, class Op>
 future all_reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, bool async) {
     if constexpr (!check_reduction<Algo, T, Op>()) {
         return future();
     } else {
-        constexpr collective c = collective::all_reduce;
-        check_data(c, "in", in.data(), in.size());
-        check_data(c, "out", out.data(), out.size());
-        if (in.size() != out.size())
-            throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but `in` has " +
-                             std::to_string(in.size()) + "; they must be equal");
-        if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
-            throw_arg(c, "`in` and `out` overlap without being the same buffer (for in-place, pass the same span)");
-        return comm.template launch<T, Op, Algo>(c, in.data(), out.data(), out.size(), op, 0, async);
+        return all_reduce_run(comm, policy_of<Algo>, in, out, op, async);
     }
 }
 } // namespace detail

@@ -31,16 +31,17 @@ namespace detail {
 
 //! True when communicator<B> can run the exchange collectives (its launch
 //! takes the counts).
-template <class B, class T, class Op, class Algo>
+template <class B, class T, class Op>
 constexpr bool runs_exchange() {
-    return requires(communicator<B>& comm, const T* in, T* out, const Op& op, std::span<const std::uint64_t> k) {
-        comm.template launch<T, Op, Algo>(collective::all_to_all, in, out, std::uint64_t{}, op, 0, false, k);
+    return requires(communicator<B>& comm, const policy& p, const T* in, T* out, const Op& op,
+                    std::span<const std::uint64_t> k) {
+        comm.template launch<T, Op>(p, collective::all_to_all, in, out, std::uint64_t{}, op, 0, false, k);
     };
 }
 
-template <class B, class T, class Op, class Algo>
+template <class B, class T, class Op>
 constexpr bool check_exchange_backend() {
-    constexpr bool ok = runs_exchange<B, T, Op, Algo>();
+    constexpr bool ok = runs_exchange<B, T, Op>();
     static_assert(ok, "chorus: this backend does not run all_to_all and the \"v\" collectives yet "
                       "(communicator<threads> does)");
     return ok;
@@ -75,25 +76,33 @@ inline void check_counts_size(collective c, std::span<const std::size_t> counts,
                          std::to_string(need));
 }
 
+//! all_to_all with a policy value (what all_to_all<Algo> runs with policy_of<Algo>; a policy
+//! made at run time is checked by check_policy).
+template <class B, class T>
+future all_to_all_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out, bool async) {
+    constexpr collective c = collective::all_to_all;
+    check_policy(c, pol, true);
+    check_data(c, "in", in.data(), in.size());
+    check_data(c, "out", out.data(), out.size());
+    if (out.size() != in.size())
+        throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but `in` has " +
+                         std::to_string(in.size()) + " (all_to_all needs in.size() == out.size())");
+    const std::size_t n = std::size_t(comm.size());
+    if (in.size() % n != 0)
+        throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements, not a multiple of size() = " +
+                         std::to_string(n));
+    if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
+        throw_arg(c, "`in` overlaps `out` (for in-place, pass the same span as `in` and `out`)");
+    return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size() / n, copy_only{}, 0, async,
+                                              std::span<const std::uint64_t>{});
+}
+
 template <class Algo, class B, class T>
 future all_to_all_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, bool async) {
-    if constexpr (!check_element<Algo, T>() || !check_exchange_backend<B, T, copy_only, Algo>()) {
+    if constexpr (!check_element<Algo, T>() || !check_exchange_backend<B, T, copy_only>()) {
         return future();
     } else {
-        constexpr collective c = collective::all_to_all;
-        check_data(c, "in", in.data(), in.size());
-        check_data(c, "out", out.data(), out.size());
-        if (out.size() != in.size())
-            throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but `in` has " +
-                             std::to_string(in.size()) + " (all_to_all needs in.size() == out.size())");
-        const std::size_t n = std::size_t(comm.size());
-        if (in.size() % n != 0)
-            throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements, not a multiple of size() = " +
-                             std::to_string(n));
-        if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
-            throw_arg(c, "`in` overlaps `out` (for in-place, pass the same span as `in` and `out`)");
-        return comm.template launch<T, copy_only, Algo>(c, in.data(), out.data(), in.size() / n, copy_only{}, 0,
-                                                        async, std::span<const std::uint64_t>{});
+        return all_to_all_run(comm, policy_of<Algo>, in, out, async);
     }
 }
 

@@ -25,35 +25,44 @@ template <class Backend>
 class communicator;
 
 namespace detail {
+//! all_to_allv with a policy value (what all_to_allv<Algo> runs with policy_of<Algo>; a policy
+//! made at run time is checked by check_policy).
+template <class B, class T>
+future all_to_allv_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
+                        std::span<const std::size_t> counts, bool async) {
+    constexpr collective c = collective::all_to_allv;
+    check_policy(c, pol, true);
+    const std::size_t n = std::size_t(comm.size()), r = std::size_t(comm.rank());
+    check_data(c, "in", in.data(), in.size());
+    check_data(c, "out", out.data(), out.size());
+    check_counts_size(c, counts, checked_mul(c, "size() * size()", n, n), "size() * size()");
+    const std::vector<std::uint64_t> k = exchange_counts(c, counts);
+    const std::size_t sends = checked_sum(c, "the sum of `counts`", counts, r * n, n, 1);
+    if (in.size() != sends)
+        throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements but rank " + std::to_string(r) +
+                         " sends counts[rank() * size() + j] summed over j = " + std::to_string(sends));
+    const std::size_t receives = checked_sum(c, "the sum of `counts`", counts, r, n, n);
+    if (out.size() != receives)
+        throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but rank " + std::to_string(r) +
+                         " receives counts[q * size() + rank()] summed over q = " + std::to_string(receives));
+    const bool in_place = in.data() == out.data() && !in.empty() && !out.empty();
+    if (in_place && in.size() != out.size())
+        throw_arg(c, "in place (`in` and `out` start at the same element) needs in.size() == out.size(), but "
+                     "`in` has " + std::to_string(in.size()) + " elements and `out` " +
+                         std::to_string(out.size()));
+    if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
+        throw_arg(c, "`in` overlaps `out` (for in-place, pass the same span as `in` and `out`)");
+    return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size(), copy_only{}, 0, async,
+                                                    std::span<const std::uint64_t>(k));
+}
+
 template <class Algo, class B, class T>
 future all_to_allv_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out,
                         std::span<const std::size_t> counts, bool async) {
-    if constexpr (!check_element<Algo, T>() || !check_exchange_backend<B, T, copy_only, Algo>()) {
+    if constexpr (!check_element<Algo, T>() || !check_exchange_backend<B, T, copy_only>()) {
         return future();
     } else {
-        constexpr collective c = collective::all_to_allv;
-        const std::size_t n = std::size_t(comm.size()), r = std::size_t(comm.rank());
-        check_data(c, "in", in.data(), in.size());
-        check_data(c, "out", out.data(), out.size());
-        check_counts_size(c, counts, checked_mul(c, "size() * size()", n, n), "size() * size()");
-        const std::vector<std::uint64_t> k = exchange_counts(c, counts);
-        const std::size_t sends = checked_sum(c, "the sum of `counts`", counts, r * n, n, 1);
-        if (in.size() != sends)
-            throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements but rank " + std::to_string(r) +
-                             " sends counts[rank() * size() + j] summed over j = " + std::to_string(sends));
-        const std::size_t receives = checked_sum(c, "the sum of `counts`", counts, r, n, n);
-        if (out.size() != receives)
-            throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but rank " + std::to_string(r) +
-                             " receives counts[q * size() + rank()] summed over q = " + std::to_string(receives));
-        const bool in_place = in.data() == out.data() && !in.empty() && !out.empty();
-        if (in_place && in.size() != out.size())
-            throw_arg(c, "in place (`in` and `out` start at the same element) needs in.size() == out.size(), but "
-                         "`in` has " + std::to_string(in.size()) + " elements and `out` " +
-                             std::to_string(out.size()));
-        if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
-            throw_arg(c, "`in` overlaps `out` (for in-place, pass the same span as `in` and `out`)");
-        return comm.template launch<T, copy_only, Algo>(c, in.data(), out.data(), in.size(), copy_only{}, 0, async,
-                                                        std::span<const std::uint64_t>(k));
+        return all_to_allv_run(comm, policy_of<Algo>, in, out, counts, async);
     }
 }
 } // namespace detail

@@ -6,6 +6,7 @@
 #include "../algo/ring.hpp"
 #include "../async/future.hpp"
 #include "../ops/operators.hpp"
+#include "checks.hpp"
 
 namespace chorus {
 
@@ -14,13 +15,13 @@ class communicator;
 
 template <class B>
 void barrier(communicator<B>& comm) {
-    comm.template launch<unsigned char, detail::copy_only, ring<>>(collective::barrier, nullptr, nullptr, 0,
-                                                                  detail::copy_only{}, 0, false);
+    comm.template launch<unsigned char, detail::copy_only>(policy_of<ring<>>, collective::barrier, nullptr, nullptr,
+                                                           0, detail::copy_only{}, 0, false);
 }
 template <class B>
 [[nodiscard]] future barrier_async(communicator<B>& comm) {
-    return comm.template launch<unsigned char, detail::copy_only, ring<>>(collective::barrier, nullptr, nullptr, 0,
-                                                                         detail::copy_only{}, 0, true);
+    return comm.template launch<unsigned char, detail::copy_only>(policy_of<ring<>>, collective::barrier, nullptr,
+                                                                  nullptr, 0, detail::copy_only{}, 0, true);
 }
 
 } // namespace chorus

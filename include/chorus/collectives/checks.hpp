@@ -11,8 +11,7 @@
 #include <string>
 #include <type_traits>
 
-#include "../algo/hierarchical.hpp"
-#include "../algo/tree.hpp"
+#include "../algo/policy.hpp"
 #include "../algo/schedule.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
@@ -33,19 +32,13 @@ template <class Algo>
 concept algorithm_policy = requires {
     Algo::params;
     { Algo::reorders_operands } -> std::convertible_to<bool>;
+    { Algo::describe() } -> std::same_as<policy>;
 };
 
 //! Stand-in operator for collectives that only copy.
 struct copy_only {
     template <class T>
     CHORUS_HD constexpr T operator()(const T& a, const T&) const { return a; }
-};
-
-//! tree<...> (any tuning).
-template <class Algo>
-concept tree_policy = requires {
-    typename Algo::schedule;
-    requires std::is_same_v<typename Algo::schedule, alt_schedule<tree_schedule, ring_schedule>>;
 };
 
 template <class Algo, class T>
@@ -70,10 +63,11 @@ constexpr bool check_reduction() {
         static_assert(callable, "chorus: the operator cannot combine two values of the element type "
                                 "(it needs T operator()(const T&, const T&) const)");
         constexpr bool order_ok = !Algo::reorders_operands || op_traits<Op>::commutative;
-        if constexpr (hierarchical_policy<Algo>)
+        constexpr algorithm which = policy_of<Algo>.algo;
+        if constexpr (which == algorithm::hierarchical)
             static_assert(order_ok, "chorus: hierarchical<> reorders operands; the operator must be commutative "
                                     "(declare static constexpr bool commutative = true in the operator)");
-        else if constexpr (tree_policy<Algo>)
+        else if constexpr (which == algorithm::tree)
             static_assert(order_ok, "chorus: tree<> reorders operands; the operator must be commutative "
                                     "(declare static constexpr bool commutative = true in the operator, or use "
                                     "an order-keeping policy: direct<>, two_shot<>, recursive_doubling<>, "
@@ -87,6 +81,29 @@ constexpr bool check_reduction() {
 
 [[noreturn]] inline void throw_arg(collective c, const std::string& msg) {
     throw error(errc::invalid_argument, std::string("chorus::") + collective_name(c) + ": " + msg);
+}
+
+//! What a policy type's static_asserts refuse, for a policy value made at
+//! run time: tuning out of range, hierarchical phases that are not ring or
+//! direct, and an algorithm that reorders operands with an operator that
+//! is not commutative (`commutative`: the call's operator; true for the
+//! collectives that only copy).
+inline void check_policy(collective c, const policy& p, bool commutative) {
+    auto tune_ok = [](const tuning& t) { return t.channels >= 1 && t.channels <= max_channels && t.chunk_bytes >= 16; };
+    if (!tune_ok(p.tune))
+        throw_arg(c, "the policy's tuning has " + std::to_string(p.tune.channels) + " channel(s) and chunk_bytes " +
+                         std::to_string(p.tune.chunk_bytes) + "; it needs 1.." + std::to_string(max_channels) +
+                         " channels and chunk_bytes >= 16");
+    if (!p.choose && p.algo == algorithm::hierarchical) {
+        const auto leaf = [](algorithm a) { return a == algorithm::ring || a == algorithm::direct; };
+        if (!leaf(p.intra) || !leaf(p.inter))
+            throw_arg(c, "hierarchical<Intra, Inter> needs ring or direct phases");
+        if (!tune_ok(p.inter_tune)) throw_arg(c, "hierarchical<Intra, Inter>: Inter's tuning is out of range");
+    }
+    if (!commutative && p.reorders_operands())
+        throw_arg(c, std::string(algorithm_name(p.algo)) +
+                         "<> reorders operands; the operator must be commutative (or use an order-keeping "
+                         "policy: direct<>, two_shot<>, recursive_doubling<>, rabenseifner<>, automatic)");
 }
 
 template <class T>

@@ -19,26 +19,35 @@ template <class Backend>
 class communicator;
 
 namespace detail {
+//! reduce with a policy value (what reduce<Algo> runs with policy_of<Algo>; a policy
+//! made at run time is checked by check_policy).
+template <class B, class T, class Op>
+future reduce_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out, const Op& op,
+                  int root, bool async) {
+    constexpr collective c = collective::reduce;
+    check_policy(c, pol, op_traits<Op>::commutative);
+    check_root(c, root, comm.size());
+    check_data(c, "in", in.data(), in.size());
+    T* dst = nullptr;
+    if (comm.rank() == root) {
+        check_data(c, "out", out.data(), out.size());
+        if (out.size() != in.size())
+            throw_arg(c, "at the root `out` has " + std::to_string(out.size()) + " elements but `in` has " +
+                             std::to_string(in.size()) + "; they must be equal");
+        if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
+            throw_arg(c, "`in` and `out` overlap without being the same buffer");
+        dst = out.data();
+    }
+    return comm.template launch<T, Op>(pol, c, in.data(), dst, in.size(), op, root, async);
+}
+
 template <class Algo, class B, class T, class Op>
 future reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, int root,
                    bool async) {
     if constexpr (!check_reduction<Algo, T, Op>()) {
         return future();
     } else {
-        constexpr collective c = collective::reduce;
-        check_root(c, root, comm.size());
-        check_data(c, "in", in.data(), in.size());
-        T* dst = nullptr;
-        if (comm.rank() == root) {
-            check_data(c, "out", out.data(), out.size());
-            if (out.size() != in.size())
-                throw_arg(c, "at the root `out` has " + std::to_string(out.size()) + " elements but `in` has " +
-                                 std::to_string(in.size()) + "; they must be equal");
-            if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
-                throw_arg(c, "`in` and `out` overlap without being the same buffer");
-            dst = out.data();
-        }
-        return comm.template launch<T, Op, Algo>(c, in.data(), dst, in.size(), op, root, async);
+        return reduce_run(comm, policy_of<Algo>, in, out, op, root, async);
     }
 }
 } // namespace detail

@@ -18,24 +18,33 @@ template <class Backend>
 class communicator;
 
 namespace detail {
+//! reduce_scatter with a policy value (what reduce_scatter<Algo> runs with policy_of<Algo>; a policy
+//! made at run time is checked by check_policy).
+template <class B, class T, class Op>
+future reduce_scatter_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
+                          const Op& op, bool async) {
+    constexpr collective c = collective::reduce_scatter;
+    check_policy(c, pol, op_traits<Op>::commutative);
+    check_data(c, "in", in.data(), in.size());
+    check_data(c, "out", out.data(), out.size());
+    const std::size_t need = checked_mul(c, "size() * out.size()", std::size_t(comm.size()), out.size());
+    if (in.size() != need)
+        throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements but needs size() * out.size() = " +
+                         std::to_string(comm.size()) + " * " + std::to_string(out.size()) + " = " +
+                         std::to_string(need));
+    const bool in_place = out.data() == in.data() + std::size_t(comm.rank()) * out.size();
+    if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
+        throw_arg(c, "`out` overlaps `in` but is not block rank() of it (for in-place, pass "
+                     "out = in.subspan(rank() * n, n))");
+    return comm.template launch<T, Op>(pol, c, in.data(), out.data(), out.size(), op, 0, async);
+}
+
 template <class Algo, class B, class T, class Op>
 future reduce_scatter_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, bool async) {
     if constexpr (!check_reduction<Algo, T, Op>()) {
         return future();
     } else {
-        constexpr collective c = collective::reduce_scatter;
-        check_data(c, "in", in.data(), in.size());
-        check_data(c, "out", out.data(), out.size());
-        const std::size_t need = checked_mul(c, "size() * out.size()", std::size_t(comm.size()), out.size());
-        if (in.size() != need)
-            throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements but needs size() * out.size() = " +
-                             std::to_string(comm.size()) + " * " + std::to_string(out.size()) + " = " +
-                             std::to_string(need));
-        const bool in_place = out.data() == in.data() + std::size_t(comm.rank()) * out.size();
-        if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
-            throw_arg(c, "`out` overlaps `in` but is not block rank() of it (for in-place, pass "
-                         "out = in.subspan(rank() * n, n))");
-        return comm.template launch<T, Op, Algo>(c, in.data(), out.data(), out.size(), op, 0, async);
+        return reduce_scatter_run(comm, policy_of<Algo>, in, out, op, async);
     }
 }
 } // namespace detail

@@ -27,32 +27,41 @@ template <class Backend>
 class communicator;
 
 namespace detail {
+//! reduce_scatterv with a policy value (what reduce_scatterv<Algo> runs with policy_of<Algo>; a policy
+//! made at run time is checked by check_policy).
+template <class B, class T, class Op>
+future reduce_scatterv_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
+                            std::span<const std::size_t> counts, const Op& op, bool async) {
+    constexpr collective c = collective::reduce_scatterv;
+    check_policy(c, pol, op_traits<Op>::commutative);
+    const std::size_t n = std::size_t(comm.size()), r = std::size_t(comm.rank());
+    check_data(c, "in", in.data(), in.size());
+    check_data(c, "out", out.data(), out.size());
+    check_counts_size(c, counts, n, "size()");
+    const std::vector<std::uint64_t> k = exchange_counts(c, counts);
+    if (out.size() != counts[r])
+        throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but counts[rank()] = counts[" +
+                         std::to_string(r) + "] = " + std::to_string(counts[r]));
+    const std::size_t total = checked_sum(c, "the sum of `counts`", counts, 0, n, 1);
+    if (in.size() != total)
+        throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements but needs the sum of `counts` = " +
+                         std::to_string(total));
+    const std::size_t displ = checked_sum(c, "the sum of `counts`", counts, 0, r, 1);
+    const bool in_place = out.data() == in.data() + displ;
+    if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
+        throw_arg(c, "`out` overlaps `in` but is not block rank() of it (for in-place, pass "
+                     "out = in.subspan(counts[0] + ... + counts[rank() - 1], counts[rank()]))");
+    return comm.template launch<T, Op>(pol, c, in.data(), out.data(), in.size(), op, 0, async,
+                                             std::span<const std::uint64_t>(k));
+}
+
 template <class Algo, class B, class T, class Op>
 future reduce_scatterv_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out,
                             std::span<const std::size_t> counts, const Op& op, bool async) {
-    if constexpr (!check_reduction<Algo, T, Op>() || !check_exchange_backend<B, T, Op, Algo>()) {
+    if constexpr (!check_reduction<Algo, T, Op>() || !check_exchange_backend<B, T, Op>()) {
         return future();
     } else {
-        constexpr collective c = collective::reduce_scatterv;
-        const std::size_t n = std::size_t(comm.size()), r = std::size_t(comm.rank());
-        check_data(c, "in", in.data(), in.size());
-        check_data(c, "out", out.data(), out.size());
-        check_counts_size(c, counts, n, "size()");
-        const std::vector<std::uint64_t> k = exchange_counts(c, counts);
-        if (out.size() != counts[r])
-            throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but counts[rank()] = counts[" +
-                             std::to_string(r) + "] = " + std::to_string(counts[r]));
-        const std::size_t total = checked_sum(c, "the sum of `counts`", counts, 0, n, 1);
-        if (in.size() != total)
-            throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements but needs the sum of `counts` = " +
-                             std::to_string(total));
-        const std::size_t displ = checked_sum(c, "the sum of `counts`", counts, 0, r, 1);
-        const bool in_place = out.data() == in.data() + displ;
-        if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
-            throw_arg(c, "`out` overlaps `in` but is not block rank() of it (for in-place, pass "
-                         "out = in.subspan(counts[0] + ... + counts[rank() - 1], counts[rank()]))");
-        return comm.template launch<T, Op, Algo>(c, in.data(), out.data(), in.size(), op, 0, async,
-                                                 std::span<const std::uint64_t>(k));
+        return reduce_scatterv_run(comm, policy_of<Algo>, in, out, counts, op, async);
     }
 }
 } // namespace detail

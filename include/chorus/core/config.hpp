@@ -17,6 +17,16 @@
 #  define CHORUS_HD_TEMPLATE
 #endif
 
+// A function compiled once per translation unit instead of inlined into each
+// caller (the schedules' dispatch: see algo/any_schedule.hpp).
+#if defined(__CUDACC__)
+#  define CHORUS_NOINLINE __noinline__
+#elif defined(__GNUC__) || defined(__clang__)
+#  define CHORUS_NOINLINE __attribute__((noinline))
+#else
+#  define CHORUS_NOINLINE
+#endif
+
 // CHORUS_HAS_LIBCUDACXX: 1 when libcu++ (<cuda/atomic>, <cuda/std/span>) is
 // usable. Auto-detected from the include path unless the build sets it (the
 // CMake option CHORUS_LIBCUDACXX=OFF defines it to 0).

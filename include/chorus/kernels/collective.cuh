@@ -5,6 +5,7 @@
 //! its threads sharing every step's reduce-copy. One launch per rank per
 //! collective, on that rank's stream and device.
 
+#include "../algo/any_schedule.hpp"
 #include "../exec/lane_env.hpp"
 #include "lanes.cuh"
 
@@ -16,9 +17,11 @@ namespace chorus::detail {
 inline constexpr int collective_block_threads = 512;
 inline constexpr int collective_min_blocks_per_sm = 2;
 
-template <class T, class Op, class Schedule>
+//! One kernel per (element type, operator): the schedule is data
+//! (any_schedule), so every algorithm runs in it.
+template <class T, class Op>
 __global__ void __launch_bounds__(collective_block_threads, collective_min_blocks_per_sm)
-    collective_kernel(const __grid_constant__ lane_launch<T, Op, Schedule> params) {
+    collective_kernel(const __grid_constant__ lane_launch<T, Op, any_schedule> params) {
     __shared__ lane_shared<T> sh;
     const block_lanes lanes{};
     (void)run_lane_channel(lanes, params, static_cast<int>(blockIdx.x), sh);

@@ -1,35 +1,59 @@
-// The one-shot, two-shot, hierarchical and choosing policies against the
-// serial reference (see policy_matrix.hpp for the matrix).
+// Every algorithm policy against the serial reference (policy_matrix.hpp
+// has the matrix: the policies are run-time values, so one instantiation
+// per (type, operator) serves them all), and determinism: deterministic<>
+// gives the bits of the serial left fold whatever the algorithm, channels,
+// chunks or timing.
 #include "policy_matrix.hpp"
 
 #include <cmath>
 #include <cstring>
 
+TEST_CASE("tree policy matches the serial reference on 1..9 ranks") {
+    MESSAGE(run_policy({"tree<>", chorus::policy_of<chorus::tree<>>}) << " calls per rank");
+    MESSAGE(run_policy({"tree<2ch,16B>", chorus::policy::fixed(chorus::algorithm::tree, {2, 16})}, false)
+            << " calls per rank");
+}
+
+TEST_CASE("recursive_doubling policy matches the serial reference on 1..9 ranks") {
+    MESSAGE(run_policy({"recursive_doubling<>", chorus::policy_of<chorus::recursive_doubling<>>}) << " calls per rank");
+    MESSAGE(run_policy({"recursive_doubling<2ch,16B>", chorus::policy::fixed(chorus::algorithm::recursive_doubling, {2, 16})},
+                       false)
+            << " calls per rank");
+}
+
+TEST_CASE("rabenseifner policy matches the serial reference on 1..9 ranks") {
+    MESSAGE(run_policy({"rabenseifner<>", chorus::policy_of<chorus::rabenseifner<>>}) << " calls per rank");
+    MESSAGE(run_policy({"rabenseifner<3ch,64B>", chorus::policy::fixed(chorus::algorithm::rabenseifner, {3, 64})}, false)
+            << " calls per rank");
+}
+
 TEST_CASE("two_shot policy matches the serial reference on 1..9 ranks") {
-    MESSAGE(run_policy<chorus::two_shot<>>("two_shot<>") << " calls per rank");
-    MESSAGE(run_policy<chorus::two_shot<{.channels = 2, .chunk_bytes = 16}>, false>("two_shot<2ch,16B>")
+    MESSAGE(run_policy({"two_shot<>", chorus::policy_of<chorus::two_shot<>>}) << " calls per rank");
+    MESSAGE(run_policy({"two_shot<2ch,16B>", chorus::policy::fixed(chorus::algorithm::two_shot, {2, 16})}, false)
             << " calls per rank");
 }
 
 TEST_CASE("direct policy matches the serial reference on 1..9 ranks") {
-    MESSAGE(run_policy<chorus::direct<>>("direct<>") << " calls per rank");
-    MESSAGE(run_policy<chorus::direct<{.channels = 3, .chunk_bytes = 64}>, false>("direct<3ch,64B>")
+    MESSAGE(run_policy({"direct<>", chorus::policy_of<chorus::direct<>>}) << " calls per rank");
+    MESSAGE(run_policy({"direct<3ch,64B>", chorus::policy::fixed(chorus::algorithm::direct, {3, 64})}, false)
             << " calls per rank");
 }
 
 TEST_CASE("hierarchical direct policy matches the serial reference on 1..9 ranks") {
-    MESSAGE(run_policy<chorus::hierarchical<chorus::direct<>, chorus::direct<>>>("hierarchical<direct,direct>")
+    MESSAGE(run_policy({"hierarchical<direct,direct>",
+                        chorus::policy_of<chorus::hierarchical<chorus::direct<>, chorus::direct<>>>})
             << " calls per rank");
 }
 
 TEST_CASE("automatic policy matches the serial reference on 1..9 ranks") {
-    MESSAGE(run_policy<chorus::automatic>("automatic") << " calls per rank");
+    MESSAGE(run_policy({"automatic", chorus::policy_of<chorus::automatic>}) << " calls per rank");
 }
 
 TEST_CASE("deterministic policy matches the serial reference on 1..9 ranks") {
-    MESSAGE(run_policy<chorus::deterministic<>>("deterministic<>") << " calls per rank");
-    MESSAGE(run_policy<chorus::deterministic<chorus::ring<{.channels = 2, .chunk_bytes = 16}>>, false>(
-                "deterministic<ring<2ch,16B>>")
+    MESSAGE(run_policy({"deterministic<>", chorus::policy_of<chorus::deterministic<>>}) << " calls per rank");
+    MESSAGE(run_policy({"deterministic<ring<2ch,16B>>",
+                        chorus::policy::fixed(chorus::algorithm::ring, {2, 16}).deterministic_of()},
+                       false)
             << " calls per rank");
 }
 
@@ -60,16 +84,17 @@ std::vector<float> left_fold(int n, std::size_t count) {
     return r;
 }
 
-template <class Algo, class Op>
-void all_reduce_bits(comm_t& comm, std::size_t count, bool in_place, std::vector<float>& got) {
+template <class Op>
+void all_reduce_bits(comm_t& comm, const chorus::policy& pol, std::size_t count, bool in_place,
+                     std::vector<float>& got) {
     std::vector<float> in(count);
     for (std::size_t i = 0; i < count; ++i) in[i] = noisy(comm.rank(), i);
     got.assign(count, 0.0f);
     if (in_place) {
-        chorus::all_reduce<Algo>(comm, std::span<float>(in), Op{});
+        chorus::detail::all_reduce_run(comm, pol, std::span<const float>(in), std::span<float>(in), Op{}, false);
         got = in;
     } else {
-        chorus::all_reduce<Algo>(comm, std::span<const float>(in), std::span<float>(got), Op{});
+        chorus::detail::all_reduce_run(comm, pol, std::span<const float>(in), std::span<float>(got), Op{}, false);
     }
 }
 
@@ -98,24 +123,24 @@ TEST_CASE("deterministic results are bitwise identical whatever the algorithm, c
                                 std::to_string(comm.rank()) + ", run " + std::to_string(run) + ")");
                 };
                 for (bool ip : {false, true}) {
-                    all_reduce_bits<deterministic<>, sum>(comm, count, ip, got);
+                    all_reduce_bits<sum>(comm, policy_of<deterministic<>>, count, ip, got);
                     expect("deterministic<>", want_sum);
-                    all_reduce_bits<deterministic<ring<>>, sum>(comm, count, ip, got);
+                    all_reduce_bits<sum>(comm, policy_of<deterministic<ring<>>>, count, ip, got);
                     expect("deterministic<ring<>>", want_sum);
-                    all_reduce_bits<deterministic<ring<{.channels = 3, .chunk_bytes = 64}>>, sum>(comm, count, ip, got);
+                    all_reduce_bits<sum>(comm, policy::fixed(algorithm::ring, {3, 64}).deterministic_of(), count, ip, got);
                     expect("deterministic<ring<3ch,64B>>", want_sum);
-                    all_reduce_bits<deterministic<tree<>>, sum>(comm, count, ip, got);
+                    all_reduce_bits<sum>(comm, policy_of<deterministic<tree<>>>, count, ip, got);
                     expect("deterministic<tree<>>", want_sum);
-                    all_reduce_bits<deterministic<recursive_doubling<{.channels = 2, .chunk_bytes = 256}>>, sum>(
-                        comm, count, ip, got);
+                    all_reduce_bits<sum>(
+                        comm, policy::fixed(algorithm::recursive_doubling, {2, 256}).deterministic_of(), count, ip, got);
                     expect("deterministic<recursive_doubling<2ch,256B>>", want_sum);
-                    all_reduce_bits<deterministic<rabenseifner<>>, avg>(comm, count, ip, got);
+                    all_reduce_bits<avg>(comm, policy_of<deterministic<rabenseifner<>>>, count, ip, got);
                     expect("deterministic<rabenseifner<>> avg", want_avg);
-                    all_reduce_bits<deterministic<hierarchical<>>, avg>(comm, count, ip, got);
+                    all_reduce_bits<avg>(comm, policy_of<deterministic<hierarchical<>>>, count, ip, got);
                     expect("deterministic<hierarchical<>> avg", want_avg);
-                    all_reduce_bits<direct<{.channels = 2, .chunk_bytes = 128}>, sum>(comm, count, ip, got);
+                    all_reduce_bits<sum>(comm, policy::fixed(algorithm::direct, {2, 128}), count, ip, got);
                     expect("direct<2ch,128B>", want_sum);
-                    all_reduce_bits<two_shot<{.channels = 4, .chunk_bytes = 4096}>, sum>(comm, count, ip, got);
+                    all_reduce_bits<sum>(comm, policy::fixed(algorithm::two_shot, {4, 4096}), count, ip, got);
                     expect("two_shot<4ch,4KiB>", want_sum);
                     // ReduceScatter: block r of the left fold.
                     std::vector<float> in(count * std::size_t(n)), out(count);
@@ -123,7 +148,7 @@ TEST_CASE("deterministic results are bitwise identical whatever the algorithm, c
                     reduce_scatter<deterministic<ring<>>>(comm, std::span<const float>(in), std::span<float>(out));
                     got = out;
                     expect("deterministic<ring<>> reduce_scatter", want_sum);
-                    all_reduce_bits<ring<>, sum>(comm, count, ip, got);
+                    all_reduce_bits<sum>(comm, policy_of<ring<>>, count, ip, got);
                     if (std::memcmp(got.data(), want_sum.data(), count * sizeof(float)) != 0) ring_differs = 1;
                 }
             });

@@ -1,0 +1,1 @@
+#include <chorus/chorus.hpp>
