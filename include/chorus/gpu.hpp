@@ -7,3 +7,4 @@
 
 #include "chorus.hpp"
 #include "backend/gpu.hpp"
+#include "collectives/gpu_stream.hpp"

@@ -5,8 +5,9 @@
 //! `automatic` (the default policy of every collective) picks, per call,
 //! the algorithm the cost model (model/cost.hpp) predicts fastest for this
 //! collective, size, rank count and topology: the topology the backend
-//! passes in schedule_args::topo, else model::current() (the file named
-//! by CHORUS_MODEL, else the built-in default), with ranks_per_node taken
+//! passes in schedule_args::topo (the backends pass model::current(): the
+//! file named by CHORUS_MODEL, else their own assumptions; model/file.hpp),
+//! else the built-in default topology{}, with ranks_per_node taken
 //! from schedule_args::node_size when the backend knows a node split.
 //! The choice costs a few predictions of a handful of flops each; a user
 //! who names a policy type (ring<>, tree<>, ...) pays nothing for it.
@@ -29,7 +30,6 @@
 
 #include "../core/config.hpp"
 #include "../model/cost.hpp"
-#include "../model/file.hpp"
 #include "any_schedule.hpp"
 #include "policy.hpp"
 #include "schedule.hpp"
@@ -39,7 +39,8 @@ namespace chorus {
 namespace detail {
 //! The topology a choice is made against (see the file comment).
 inline const model::topology& choice_topology(const schedule_args& a) {
-    return a.topo != nullptr ? *a.topo : model::current();
+    static constexpr model::topology builtin{};
+    return a.topo != nullptr ? *a.topo : builtin;
 }
 //! Ranks per node for the choice: the backend's node split, else the topology's.
 inline int choice_ranks_per_node(const schedule_args& a, const model::topology& t) {
@@ -91,8 +92,8 @@ inline int auto_candidates(const schedule_args& a, const model::topology& t,
     if (a.coll != collective::all_reduce && t.flat_inter && split && (comm || copies)) cand[k++] = algorithm::hierarchical;
     return k;
 }
-//! Choices made on this thread, with what they were made for: a repeated
-//! call shape (the usual case: the same buckets every step) costs a few
+//! One choice automatic made, with what it was made for: a repeated call
+//! shape (the usual case: the same buckets every step) costs a few
 //! comparisons instead of a prediction per candidate. A topology passed
 //! in schedule_args::topo must not change while calls use it (the backends
 //! own theirs and never change them); as a guard against one that does,
@@ -125,6 +126,11 @@ struct auto_memo {
         return unsigned(h >> 61);
     }
 };
+//! The choices one caller remembers (a communicator's, in its
+//! schedule_memo): eight call shapes, by auto_memo::slot. Not thread-safe.
+struct choice_memo {
+    auto_memo entry[8];
+};
 } // namespace detail
 
 //! The default policy: the model's pick per call (see the file comment).
@@ -135,15 +141,16 @@ struct automatic {
     static constexpr const char* name = "automatic";
     static constexpr policy describe() { return policy::automatic(); }
 
-    //! The algorithm automatic runs for this call.
-    static model::algorithm choose(const schedule_args& a) {
+    //! The algorithm automatic runs for this call; `memo` (optional)
+    //! remembers choices across calls of one caller.
+    static model::algorithm choose(const schedule_args& a, detail::choice_memo* memo = nullptr) {
         using model::algorithm;
         if (a.nranks <= 1 || a.coll == collective::barrier || is_exchange(a.coll)) return algorithm::direct;
         const model::topology& t = detail::choice_topology(a);
-        thread_local detail::auto_memo memo[8];
-        const double figures = detail::auto_memo::figures_of(t);
-        detail::auto_memo& m = memo[detail::auto_memo::slot(a)];
-        if (m.matches(a, &t, figures)) return m.which;
+        const double figures = memo != nullptr ? detail::auto_memo::figures_of(t) : 0.0;
+        detail::auto_memo scratch{};
+        detail::auto_memo& m = memo != nullptr ? memo->entry[detail::auto_memo::slot(a)] : scratch;
+        if (memo != nullptr && m.matches(a, &t, figures)) return m.which;
         algorithm cand[model::algorithm_count]{};
         int k = detail::auto_candidates(a, t, cand);
         const int rpn = detail::choice_ranks_per_node(a, t);
@@ -190,12 +197,13 @@ struct deterministic {
 };
 
 //! The schedule policy `p` runs for one rank's call `a`: the one dispatch
-//! from a policy (and automatic's choice) to a schedule.
-inline any_schedule make_schedule(const policy& p, const schedule_args& a) {
+//! from a policy (and automatic's choice, remembered in `memo` if given) to
+//! a schedule.
+inline any_schedule make_schedule(const policy& p, const schedule_args& a, detail::choice_memo* memo = nullptr) {
     if (is_exchange(a.coll)) return make_fixed_schedule(p, a);
     if (p.deterministic) {
         if (a.coll == collective::all_gather || a.coll == collective::broadcast || a.coll == collective::barrier)
-            return p.choose ? make_schedule(policy::automatic(), a) : make_fixed_schedule(p, a);
+            return p.choose ? make_schedule(policy::automatic(), a, memo) : make_fixed_schedule(p, a);
         bool two = false;
         if (a.coll == collective::all_reduce && a.nranks > 1) {
             const model::algorithm cand[2] = {model::algorithm::direct, model::algorithm::two_shot};
@@ -205,7 +213,7 @@ inline any_schedule make_schedule(const policy& p, const schedule_args& a) {
         }
         return make_fixed_schedule(policy::fixed(two ? algorithm::two_shot : algorithm::direct, p.tune), a);
     }
-    if (p.choose) return make_fixed_schedule(policy::fixed(automatic::choose(a)), a);
+    if (p.choose) return make_fixed_schedule(policy::fixed(automatic::choose(a, memo)), a);
     return make_fixed_schedule(p, a);
 }
 
@@ -221,7 +229,7 @@ public:
     const any_schedule& make(const policy& p, const schedule_args& a) {
         if (!valid_ || !(p == pol_) || !same_args(a, args_) || is_exchange(a.coll)) {
             valid_ = false;
-            sch_ = make_schedule(p, a);
+            sch_ = make_schedule(p, a, &choices_);
             pol_ = p;
             args_ = a;
             valid_ = true;
@@ -233,6 +241,7 @@ private:
     policy pol_{};
     schedule_args args_{};
     any_schedule sch_{};
+    choice_memo choices_{};
     bool valid_ = false;
 };
 } // namespace detail

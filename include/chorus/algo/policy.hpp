@@ -11,44 +11,14 @@
 //! benchmarks parse them from the command line); check_policy() then
 //! refuses what the policy types refuse with a static_assert.
 
+#include <concepts>
 #include <cstdint>
 #include <string_view>
 
+#include "../core/collective.hpp"
 #include "../core/config.hpp"
 
 namespace chorus {
-
-//! The algorithms chorus schedules (one per policy type in algo/).
-enum class algorithm : std::uint8_t { ring, direct, tree, recursive_doubling, rabenseifner, two_shot, hierarchical };
-
-inline constexpr algorithm all_algorithms[] = {algorithm::ring,         algorithm::direct,   algorithm::tree,
-                                               algorithm::recursive_doubling, algorithm::rabenseifner,
-                                               algorithm::two_shot,     algorithm::hierarchical};
-inline constexpr int algorithm_count = int(sizeof(all_algorithms) / sizeof(all_algorithms[0]));
-
-//! The policy's name (the `name` member of ring<>, direct<>, ...).
-constexpr const char* algorithm_name(algorithm a) {
-    switch (a) {
-    case algorithm::ring: return "ring";
-    case algorithm::direct: return "direct";
-    case algorithm::tree: return "tree";
-    case algorithm::recursive_doubling: return "recursive_doubling";
-    case algorithm::rabenseifner: return "rabenseifner";
-    case algorithm::two_shot: return "two_shot";
-    case algorithm::hierarchical: return "hierarchical";
-    }
-    return "?";
-}
-
-//! The algorithm called `name` (as algorithm_name spells it); false if none.
-constexpr bool algorithm_from_name(std::string_view name, algorithm& out) {
-    for (algorithm a : all_algorithms)
-        if (name == algorithm_name(a)) {
-            out = a;
-            return true;
-        }
-    return false;
-}
 
 //! An algorithm's tuning knobs: independent channels (GPU thread blocks)
 //! and the pipelining granularity per channel.
@@ -170,6 +140,17 @@ constexpr bool policy_from_name(std::string_view name, policy& out) {
 inline constexpr const char* policy_names[] = {"ring",         "direct",   "tree",         "recursive_doubling",
                                                "rabenseifner", "two_shot", "hierarchical", "automatic",
                                                "deterministic"};
+
+namespace detail {
+//! What a policy type provides: its parameters, whether it may reorder
+//! operands, and the policy value it names.
+template <class Algo>
+concept algorithm_policy = requires {
+    Algo::params;
+    { Algo::reorders_operands } -> std::convertible_to<bool>;
+    { Algo::describe() } -> std::same_as<policy>;
+};
+} // namespace detail
 
 //! The value a policy type describes itself as (Algo::describe()).
 template <class Algo>

@@ -16,47 +16,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "../core/collective.hpp"
 #include "../core/config.hpp"
 
 namespace chorus {
-
-//! The collectives chorus schedules.
-//! all_to_all and the "v" (per-rank count) variants are planned by the
-//! exchange schedule (algo/exchange.hpp) whatever the policy.
-enum class collective : std::uint8_t {
-    all_reduce,
-    all_gather,
-    reduce_scatter,
-    broadcast,
-    reduce,
-    barrier,
-    all_to_all,
-    all_gatherv,
-    reduce_scatterv,
-    all_to_allv,
-};
-
-//! True for the collectives every policy plans with the exchange schedule.
-CHORUS_HD constexpr bool is_exchange(collective c) {
-    return c == collective::all_to_all || c == collective::all_gatherv || c == collective::reduce_scatterv ||
-           c == collective::all_to_allv;
-}
-
-CHORUS_HD constexpr const char* collective_name(collective c) {
-    switch (c) {
-    case collective::all_reduce: return "all_reduce";
-    case collective::all_gather: return "all_gather";
-    case collective::reduce_scatter: return "reduce_scatter";
-    case collective::broadcast: return "broadcast";
-    case collective::reduce: return "reduce";
-    case collective::barrier: return "barrier";
-    case collective::all_to_all: return "all_to_all";
-    case collective::all_gatherv: return "all_gatherv";
-    case collective::reduce_scatterv: return "reduce_scatterv";
-    case collective::all_to_allv: return "all_to_allv";
-    }
-    return "?";
-}
 
 //! Which of a rank's registered buffers an operand lives in.
 enum class where : std::uint8_t { none, in, out, scratch };
@@ -135,7 +98,7 @@ struct schedule_args {
     //! order. Every rank passes the same values. Null otherwise.
     const std::uint64_t* counts = nullptr;
     bool commutative = true;      //!< the operator is commutative (automatic may reorder operands)
-    const model::topology* topo = nullptr; //!< what automatic plans against (null: model::current())
+    const model::topology* topo = nullptr; //!< what automatic plans against (null: the built-in topology{})
     //! Scratch the backend can give one call, bytes (0: as much as needed):
     //! automatic leaves out algorithms that would need more.
     std::uint64_t scratch_limit_bytes = 0;

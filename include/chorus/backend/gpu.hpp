@@ -43,19 +43,18 @@
 #include "../algo/any_schedule.hpp"
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
-#include "../collectives/checks.hpp"
+#include "../core/communicator.hpp"
 #include "../core/error.hpp"
 #include "../exec/lane_env.hpp"
 #include "../kernels/collective.cuh"
 #include "../model/cost.hpp"
+#include "../model/file.hpp"
+#include "../ops/operators.hpp"
 #include "../ops/traits.hpp"
 #include "gpu_checks.hpp"
 #include "host_common.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace gpu {
 
@@ -267,6 +266,7 @@ private:
     int rank_ = 0;
     cudaStream_t next_stream_ = nullptr;
     bool user_stream_ = false;
+    detail::choice_memo choices_{}; //!< automatic's recent choices (launches come from one host thread)
 };
 
 template <class T, class Op>
@@ -337,7 +337,7 @@ future communicator<gpu::device>::launch(const policy& pol, collective coll, con
         a.commutative = op_traits<Op>::commutative;
         a.topo = &world_->topo;
         a.scratch_limit_bytes = world_->scratch_bytes;
-        enqueue(make_schedule(pol, a), pol);
+        enqueue(make_schedule(pol, a, &choices_), pol);
     }
 
     if (!async) {
@@ -475,111 +475,7 @@ inline void stream_wait(cudaStream_t stream, const future& f) {
 
 } // namespace gpu
 
-// ---------------------------------------------------------------------------
-// Stream-ordered forms: the same collectives with a trailing cudaStream_t.
-// They enqueue on `stream` and return at once; errors surface in
-// comm.synchronize()/comm.check() (after the stream finished) or, for the
-// _async forms, in the future (backed by a CUDA event on `stream`).
-
-namespace detail {
-//! Routes the launch of the call in its scope to `stream` (and forgets it
-//! if the call throws before launching).
-class gpu_stream_scope {
-public:
-    gpu_stream_scope(gpu::communicator& comm, cudaStream_t stream) : comm_(comm) { comm_.use_stream(stream, true); }
-    gpu_stream_scope(const gpu_stream_scope&) = delete;
-    gpu_stream_scope& operator=(const gpu_stream_scope&) = delete;
-    ~gpu_stream_scope() { comm_.use_stream(nullptr, false); }
-
-private:
-    gpu::communicator& comm_;
-};
-} // namespace detail
-
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
-    requires detail::op_like<Op>
-void all_reduce(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op,
-                cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, false);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
-    requires detail::op_like<Op>
-void all_reduce(gpu::communicator& comm, std::span<T, E> inout, Op op, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op,
-                                  false);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
-    requires detail::op_like<Op>
-[[nodiscard]] future all_reduce_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
-                                      std::span<T, E> out, Op op, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, true);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
-    requires detail::op_like<Op>
-[[nodiscard]] future all_reduce_async(gpu::communicator& comm, std::span<T, E> inout, Op op, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op, true);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
-void all_gather(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
-                cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), false);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
-[[nodiscard]] future all_gather_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
-                                      std::span<T, E> out, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), true);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
-    requires detail::op_like<Op>
-void reduce_scatter(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op,
-                    cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, false);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
-    requires detail::op_like<Op>
-[[nodiscard]] future reduce_scatter_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
-                                          std::span<T, E> out, Op op, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, true);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
-void broadcast(gpu::communicator& comm, std::span<T, E> buf, int root, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, false);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
-[[nodiscard]] future broadcast_async(gpu::communicator& comm, std::span<T, E> buf, int root, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, true);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
-    requires detail::op_like<Op>
-void reduce(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op, int root,
-            cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, false);
-}
-template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
-    requires detail::op_like<Op>
-[[nodiscard]] future reduce_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
-                                  std::span<T, E> out, Op op, int root, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, true);
-}
-//! (A template, so that a translation unit that does not call it does not
-//! compile its kernel.)
-template <int = 0>
-void barrier(gpu::communicator& comm, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    comm.template launch<unsigned char, detail::copy_only>(policy_of<ring<>>, collective::barrier, nullptr, nullptr,
-                                                           0, detail::copy_only{}, 0, false);
-}
+// The contract of core/communicator.hpp, for one element type and operator.
+static_assert(detail::collective_backend<gpu::communicator, float, sum>);
 
 } // namespace chorus

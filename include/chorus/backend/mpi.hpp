@@ -97,11 +97,13 @@
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "../async/host_stream.hpp"
-#include "../collectives/checks.hpp"
+#include "../core/communicator.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../model/cost.hpp"
+#include "../model/file.hpp"
+#include "../ops/operators.hpp"
 #include "../ops/traits.hpp"
 #include "../plan/partition.hpp"
 #include "host_common.hpp"
@@ -115,9 +117,6 @@ namespace chorus {
 struct mpi {
     static constexpr const char* name = "mpi";
 };
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 
@@ -747,6 +746,7 @@ private:
     int tag_ub_ = 32767;                  //!< MPI_TAG_UB (at least 32767 by the standard)
     int sched_node_size_ = 0;             //!< schedule_args::node_size (0: no regular node split)
     model::topology topo_{};              //!< schedule_args::topo: what automatic plans against
+    detail::choice_memo choices_{};       //!< automatic's recent choices (calls run in order)
     detail::sched_plan plan_;
     detail::scratch_buffer sched_scratch_; //!< the schedules' scratch
     detail::scratch_buffer staging_;       //!< received data (kept while a failed call may still write it)
@@ -1281,7 +1281,7 @@ void communicator<mpi>::run(const policy& pol, collective coll, const T* in, T* 
     // (their schedules' ring phases push), and so do automatic's picks of
     // ring (ring<>) and hierarchical (hierarchical<>); the rest as schedules.
     if (pol.choose && !pol.deterministic) {
-        const algorithm which = automatic::choose(args);
+        const algorithm which = automatic::choose(args, &choices_);
         if (which == algorithm::ring || which == algorithm::hierarchical)
             run_engine<T, Op>(policy::fixed(which), coll, in, out, count, op, root, deadline, cs);
         else
@@ -1343,14 +1343,14 @@ void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T
                                      const schedule_args& args, std::chrono::steady_clock::time_point deadline,
                                      call_settings cs) {
     const char* head_name = collective_name(coll);
-    const any_schedule sch = make_schedule(pol, args);
+    const any_schedule sch = make_schedule(pol, args, &choices_);
     // Every rank's schedule (this one's too) as planned out of place: what
     // a rank reads from others does not depend on its own in_place.
     auto schedule_of = [&](int q) {
         schedule_args a = args;
         a.rank = q;
         a.in_place = false;
-        return make_schedule(pol, a);
+        return make_schedule(pol, a, &choices_);
     };
     if (!plan_.build(schedule_of, rank_, size_, sizeof(T))) {
         // Every rank walks every rank's schedule, so every rank refuses the
@@ -1541,5 +1541,8 @@ inline void communicator<mpi>::check_all(const detail::descriptor& mine, std::ch
     throw error(errc::mismatch, std::string("chorus::") + head_name + ": ranks disagree: " +
                                     detail::calls_report(mine.seq, calls));
 }
+
+// The contract of core/communicator.hpp, for one element type and operator.
+static_assert(detail::collective_backend<communicator<mpi>, float, sum>);
 
 } // namespace chorus

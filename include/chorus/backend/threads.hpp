@@ -44,11 +44,14 @@
 #include "../algo/exchange.hpp"
 #include "../async/future.hpp"
 #include "../async/host_stream.hpp"
+#include "../core/communicator.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_kernel.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
+#include "../model/file.hpp"
+#include "../ops/operators.hpp"
 #include "host_common.hpp"
 #include "host_wait.hpp"
 
@@ -58,9 +61,6 @@ namespace chorus {
 struct threads {
     static constexpr const char* name = "threads";
 };
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 
@@ -542,6 +542,7 @@ inline void communicator<threads>::run(const policy& pol, collective coll, const
     const auto* out_b = static_cast<const unsigned char*>(out);
     schedule_args args{coll, rank_, n, root, count, eb, false, w.node_size()};
     args.commutative = k.types.commutative;
+    args.topo = &model::current();
     if (!is_exchange(coll)) {
         // in_place_call on bytes: block offsets scale by the element size.
         args.in_place = in_place_call<unsigned char>(coll, in_b, out_b, rank_, count * eb);
@@ -821,5 +822,8 @@ void run_threads(int n, F&& fn) {
     if (first) std::rethrow_exception(first);
     if (first_any) std::rethrow_exception(first_any);
 }
+
+// The contract of core/communicator.hpp, for one element type and operator.
+static_assert(detail::collective_backend<communicator<threads>, float, sum>);
 
 } // namespace chorus

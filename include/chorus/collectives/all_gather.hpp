@@ -9,12 +9,10 @@
 
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 //! all_gather with a policy value (what all_gather<Algo> runs with policy_of<Algo>; a policy

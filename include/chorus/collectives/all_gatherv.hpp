@@ -15,13 +15,11 @@
 
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "all_to_all.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 //! all_gatherv with a policy value (what all_gatherv<Algo> runs with policy_of<Algo>; a policy

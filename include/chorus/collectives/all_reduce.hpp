@@ -9,13 +9,11 @@
 
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "../ops/operators.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 //! all_reduce with a policy value (what all_reduce<Algo> runs with policy_of<Algo>; a policy

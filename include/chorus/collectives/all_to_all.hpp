@@ -20,12 +20,10 @@
 
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 

@@ -16,13 +16,11 @@
 
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "all_to_all.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 //! all_to_allv with a policy value (what all_to_allv<Algo> runs with policy_of<Algo>; a policy

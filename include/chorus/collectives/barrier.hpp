@@ -5,13 +5,11 @@
 
 #include "../algo/ring.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "../ops/operators.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 template <class B>
 void barrier(communicator<B>& comm) {

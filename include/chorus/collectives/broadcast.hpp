@@ -7,12 +7,10 @@
 
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 //! broadcast with a policy value (what broadcast<Algo> runs with policy_of<Algo>; a policy

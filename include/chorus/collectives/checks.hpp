@@ -15,6 +15,7 @@
 #include "../algo/schedule.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
+#include "../ops/operators.hpp"
 #include "../ops/traits.hpp"
 
 namespace chorus::detail {
@@ -27,19 +28,6 @@ inline constexpr bool is_span_v<std::span<X, E>> = true;
 //! Distinguishes an operator argument from a buffer in overloads.
 template <class Op>
 concept op_like = std::is_class_v<Op> && !is_span_v<Op>;
-
-template <class Algo>
-concept algorithm_policy = requires {
-    Algo::params;
-    { Algo::reorders_operands } -> std::convertible_to<bool>;
-    { Algo::describe() } -> std::same_as<policy>;
-};
-
-//! Stand-in operator for collectives that only copy.
-struct copy_only {
-    template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T&) const { return a; }
-};
 
 template <class Algo, class T>
 constexpr bool check_element() {

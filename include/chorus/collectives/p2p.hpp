@@ -20,12 +20,10 @@
 #include <type_traits>
 
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "../core/error.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 

@@ -10,13 +10,11 @@
 
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "../ops/operators.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 //! reduce with a policy value (what reduce<Algo> runs with policy_of<Algo>; a policy

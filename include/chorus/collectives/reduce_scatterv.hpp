@@ -17,14 +17,12 @@
 
 #include "../algo/automatic.hpp"
 #include "../async/future.hpp"
+#include "../core/communicator.hpp"
 #include "../ops/operators.hpp"
 #include "all_to_all.hpp"
 #include "checks.hpp"
 
 namespace chorus {
-
-template <class Backend>
-class communicator;
 
 namespace detail {
 //! reduce_scatterv with a policy value (what reduce_scatterv<Algo> runs with policy_of<Algo>; a policy

@@ -28,12 +28,11 @@
 
 #include <cstdint>
 
-#include "../algo/policy.hpp"
-#include "../algo/schedule.hpp"
+#include "../core/collective.hpp"
 
 namespace chorus::model {
 
-// The algorithms the model knows: one per policy in algo/ (algo/policy.hpp).
+// The algorithms the model knows: one per policy in algo/ (core/collective.hpp).
 using chorus::algorithm;
 using chorus::algorithm_count;
 using chorus::algorithm_from_name;

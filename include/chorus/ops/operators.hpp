@@ -106,4 +106,14 @@ struct bit_xor {
     static constexpr T identity() { return T(0); }
 };
 
+namespace detail {
+//! Stand-in operator of the collectives that only copy (AllGather,
+//! Broadcast, the exchanges, barrier): never called on data they move.
+struct copy_only {
+    static constexpr const char* name = "copy";
+    template <class T>
+    CHORUS_HD constexpr T operator()(const T& a, const T&) const { return a; }
+};
+} // namespace detail
+
 } // namespace chorus
