@@ -587,28 +587,29 @@ std::size_t scratch_needed(const chorus::policy& pol, coll_kind c, int n, int ro
 
 //! One call of collective `c` with policy `pol` by one rank on its stream:
 //! what chorus::all_reduce<Algo>(..., stream) etc. run with policy_of<Algo>
-//! (chorus::detail::*_run inside a gpu_stream_scope).
+//! (chorus::detail::*_run with the stream as an argument).
 template <class T>
 void issue(const chorus::policy& pol, coll_kind c, chorus::gpu::communicator& comm, const T* in, T* out, u64 count,
            int n, int root, cudaStream_t s) {
     namespace cd = chorus::detail;
-    cd::gpu_stream_scope scope(comm, s);
+    const cd::stream_arg on = cd::on_stream(s);
     switch (c) {
     case coll_kind::all_reduce:
         (void)cd::all_reduce_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count), chorus::sum{},
-                                 false);
+                                 false, on);
         break;
     case coll_kind::all_gather:
-        (void)cd::all_gather_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count * u64(n)), false);
+        (void)cd::all_gather_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count * u64(n)), false,
+                                 on);
         break;
     case coll_kind::reduce_scatter:
         (void)cd::reduce_scatter_run(comm, pol, std::span<const T>(in, count * u64(n)), std::span<T>(out, count),
-                                     chorus::sum{}, false);
+                                     chorus::sum{}, false, on);
         break;
-    case coll_kind::broadcast: (void)cd::broadcast_run(comm, pol, std::span<T>(out, count), root, false); break;
+    case coll_kind::broadcast: (void)cd::broadcast_run(comm, pol, std::span<T>(out, count), root, false, on); break;
     case coll_kind::reduce:
         (void)cd::reduce_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count), chorus::sum{}, root,
-                             false);
+                             false, on);
         break;
     }
 }

@@ -199,8 +199,8 @@ struct world {
 
 //! The calls of the suite with a policy value, on a rank's stream: what the
 //! public stream-ordered forms (chorus::all_reduce<Algo>(..., stream)) run,
-//! chorus::detail::*_run(comm, policy_of<Algo>, ...) inside a
-//! gpu_stream_scope, so with every check they make.
+//! chorus::detail::*_run(comm, policy_of<Algo>, ..., stream argument), so
+//! with every check they make.
 struct on_stream {
     chorus::gpu::communicator& comm;
     cudaStream_t stream;
@@ -208,32 +208,30 @@ struct on_stream {
 
     template <class T, class Op>
     void all_reduce(const T* in, T* out, std::uint64_t count, const Op& op) {
-        chorus::detail::gpu_stream_scope scope(comm, stream);
         (void)chorus::detail::all_reduce_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count), op,
-                                             false);
+                                             false, chorus::detail::on_stream(stream));
     }
     template <class T>
     void all_gather(const T* in, T* out, std::uint64_t count) {
-        chorus::detail::gpu_stream_scope scope(comm, stream);
         (void)chorus::detail::all_gather_run(comm, pol, std::span<const T>(in, count),
-                                             std::span<T>(out, count * std::uint64_t(comm.size())), false);
+                                             std::span<T>(out, count * std::uint64_t(comm.size())), false,
+                                             chorus::detail::on_stream(stream));
     }
     template <class T, class Op>
     void reduce_scatter(const T* in, T* out, std::uint64_t count, const Op& op) {
-        chorus::detail::gpu_stream_scope scope(comm, stream);
         (void)chorus::detail::reduce_scatter_run(comm, pol, std::span<const T>(in, count * std::uint64_t(comm.size())),
-                                                 std::span<T>(out, count), op, false);
+                                                 std::span<T>(out, count), op, false,
+                                                 chorus::detail::on_stream(stream));
     }
     template <class T>
     void broadcast(T* buf, std::uint64_t count, int root) {
-        chorus::detail::gpu_stream_scope scope(comm, stream);
-        (void)chorus::detail::broadcast_run(comm, pol, std::span<T>(buf, count), root, false);
+        (void)chorus::detail::broadcast_run(comm, pol, std::span<T>(buf, count), root, false,
+                                            chorus::detail::on_stream(stream));
     }
     template <class T, class Op>
     void reduce(const T* in, T* out, std::uint64_t count, const Op& op, int root) {
-        chorus::detail::gpu_stream_scope scope(comm, stream);
         (void)chorus::detail::reduce_run(comm, pol, std::span<const T>(in, count), std::span<T>(out, count), op, root,
-                                         false);
+                                         false, chorus::detail::on_stream(stream));
     }
 };
 

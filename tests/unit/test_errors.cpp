@@ -135,6 +135,11 @@ TEST_CASE("bad arguments throw invalid_argument naming the argument, on every ra
                 expect_invalid("reduce null out at the root", [&] { chorus::reduce(comm, cview(a).first(5), null5, chorus::sum{}, n - 1); }, {"`out`", "null"});
             }
 
+            // A stream argument (the GPU backend's stream-ordered forms) on a host backend.
+            const chorus::detail::stream_arg some_stream{nullptr, true};
+            expect_invalid("a stream on the threads backend", [&] { (void)chorus::detail::all_reduce_run(comm, chorus::policy_of<chorus::ring<>>, cview(a), std::span(a), chorus::sum{}, false, some_stream); }, {"all_reduce", "`stream`"});
+            expect_invalid("a stream on the threads backend (broadcast)", [&] { (void)chorus::detail::broadcast_run(comm, chorus::policy::automatic(), std::span(a), 0, true, some_stream); }, {"broadcast", "`stream`"});
+
             // Timeouts must be positive.
             expect_invalid("set_timeout(0)", [&] { comm.set_timeout(0ms); }, {"`t`"});
             expect_invalid("set_timeout(-1)", [&] { comm.set_timeout(-1ms); }, {"`t`"});

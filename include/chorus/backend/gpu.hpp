@@ -241,16 +241,12 @@ public:
         }
     }
 
-    //! \internal The stream the next launch goes to (set by the stream overloads).
-    void use_stream(cudaStream_t s, bool user) noexcept {
-        next_stream_ = s;
-        user_stream_ = user;
-    }
-
-    //! \internal Enqueues one collective. Buffers were validated by the caller.
+    //! \internal Enqueues one collective on `stream` (the stream-ordered
+    //! forms, collectives/gpu_stream.hpp) or on the communicator's own
+    //! stream. Buffers were validated by the caller.
     template <class T, class Op>
     future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                  bool async);
+                  bool async, detail::stream_arg stream = {});
 
 private:
     [[noreturn]] void throw_fault() const {
@@ -264,18 +260,14 @@ private:
 
     std::shared_ptr<detail::gpu_world> world_;
     int rank_ = 0;
-    cudaStream_t next_stream_ = nullptr;
-    bool user_stream_ = false;
     detail::choice_memo choices_{}; //!< automatic's recent choices (launches come from one host thread)
 };
 
 template <class T, class Op>
 future communicator<gpu::device>::launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
-                                         const Op& op, int root, bool async) {
-    const bool user = user_stream_;
-    cudaStream_t s = user ? next_stream_ : stream();
-    user_stream_ = false;
-    next_stream_ = nullptr;
+                                         const Op& op, int root, bool async, detail::stream_arg stream_a) {
+    const bool user = stream_a.given;
+    cudaStream_t s = user ? static_cast<cudaStream_t>(stream_a.handle) : stream();
     if (world_->aborted()) check();
     const int dev = device();
     detail::device_guard guard(dev);

@@ -16,6 +16,7 @@
 
 #include "../algo/policy.hpp"
 #include "../algo/schedule.hpp"
+#include "../core/communicator.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_kernel.hpp"
@@ -158,6 +159,15 @@ private:
 
 //! Fills the comparable part of `d` (what checked mode compares) for one
 //! call of collective `coll` with element type and operator `t` and policy `p`.
+//! Host backends order calls by issue on their host stream: a stream
+//! argument (core/communicator.hpp) is refused, naming it.
+inline void refuse_stream(collective coll, stream_arg stream) {
+    if (stream.given)
+        throw error(errc::invalid_argument, std::string("chorus::") + collective_name(coll) +
+                                                ": `stream`: this backend orders calls on its host stream and takes "
+                                                "no stream (CUDA streams are for communicator<gpu::device>)");
+}
+
 inline void describe_call(descriptor& d, collective coll, std::uint64_t seq, std::uint64_t count, int root,
                           int channels, const call_types& t, const policy& p) {
     d.seq = seq;

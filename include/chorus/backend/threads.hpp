@@ -319,7 +319,9 @@ public:
     //! for an async call, so the caller may free them at once).
     template <class T, class Op>
     future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
-                  int root, bool async, std::span<const std::uint64_t> counts = {}) {
+                  int root, bool async, detail::stream_arg stream = {},
+                  std::span<const std::uint64_t> counts = {}) {
+        detail::refuse_stream(coll, stream);
         detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
         detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
         if (!async)

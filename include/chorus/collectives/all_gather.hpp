@@ -18,7 +18,8 @@ namespace detail {
 //! all_gather with a policy value (what all_gather<Algo> runs with policy_of<Algo>; a policy
 //! made at run time is checked by check_policy).
 template <class B, class T>
-future all_gather_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out, bool async) {
+future all_gather_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out, bool async,
+                      stream_arg stream = {}) {
     constexpr collective c = collective::all_gather;
     check_policy(c, pol, true);
     check_data(c, "in", in.data(), in.size());
@@ -32,15 +33,17 @@ future all_gather_run(communicator<B>& comm, const policy& pol, std::span<const 
     if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
         throw_arg(c, "`in` overlaps `out` but is not block rank() of it (for in-place, pass "
                      "in = out.subspan(rank() * n, n))");
-    return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size(), copy_only{}, 0, async);
+    return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size(), copy_only{}, 0, async,
+                                              stream);
 }
 
 template <class Algo, class B, class T>
-future all_gather_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, bool async) {
+future all_gather_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, bool async,
+                       stream_arg stream = {}) {
     if constexpr (!check_element<Algo, T>()) {
         return future();
     } else {
-        return all_gather_run(comm, policy_of<Algo>, in, out, async);
+        return all_gather_run(comm, policy_of<Algo>, in, out, async, stream);
     }
 }
 } // namespace detail

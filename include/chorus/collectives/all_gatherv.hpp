@@ -47,7 +47,7 @@ future all_gatherv_run(communicator<B>& comm, const policy& pol, std::span<const
         throw_arg(c, "`in` overlaps `out` but is not block rank() of it (for in-place, pass "
                      "in = out.subspan(counts[0] + ... + counts[rank() - 1], counts[rank()]))");
     return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size(), copy_only{}, 0, async,
-                                                    std::span<const std::uint64_t>(k));
+                                                    stream_arg{}, std::span<const std::uint64_t>(k));
 }
 
 template <class Algo, class B, class T>

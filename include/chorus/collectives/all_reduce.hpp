@@ -20,7 +20,7 @@ namespace detail {
 //! made at run time is checked by check_policy).
 template <class B, class T, class Op>
 future all_reduce_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
-                      const Op& op, bool async) {
+                      const Op& op, bool async, stream_arg stream = {}) {
     constexpr collective c = collective::all_reduce;
     check_policy(c, pol, op_traits<Op>::commutative);
     check_data(c, "in", in.data(), in.size());
@@ -30,15 +30,16 @@ future all_reduce_run(communicator<B>& comm, const policy& pol, std::span<const 
                          std::to_string(in.size()) + "; they must be equal");
     if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
         throw_arg(c, "`in` and `out` overlap without being the same buffer (for in-place, pass the same span)");
-    return comm.template launch<T, Op>(pol, c, in.data(), out.data(), out.size(), op, 0, async);
+    return comm.template launch<T, Op>(pol, c, in.data(), out.data(), out.size(), op, 0, async, stream);
 }
 
 template <class Algo, class B, class T, class Op>
-future all_reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, bool async) {
+future all_reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, bool async,
+                       stream_arg stream = {}) {
     if constexpr (!check_reduction<Algo, T, Op>()) {
         return future();
     } else {
-        return all_reduce_run(comm, policy_of<Algo>, in, out, op, async);
+        return all_reduce_run(comm, policy_of<Algo>, in, out, op, async, stream);
     }
 }
 } // namespace detail

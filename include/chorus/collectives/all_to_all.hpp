@@ -33,7 +33,7 @@ template <class B, class T, class Op>
 constexpr bool runs_exchange() {
     return requires(communicator<B>& comm, const policy& p, const T* in, T* out, const Op& op,
                     std::span<const std::uint64_t> k) {
-        comm.template launch<T, Op>(p, collective::all_to_all, in, out, std::uint64_t{}, op, 0, false, k);
+        comm.template launch<T, Op>(p, collective::all_to_all, in, out, std::uint64_t{}, op, 0, false, stream_arg{}, k);
     };
 }
 
@@ -92,7 +92,7 @@ future all_to_all_run(communicator<B>& comm, const policy& pol, std::span<const 
     if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
         throw_arg(c, "`in` overlaps `out` (for in-place, pass the same span as `in` and `out`)");
     return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size() / n, copy_only{}, 0, async,
-                                              std::span<const std::uint64_t>{});
+                                              stream_arg{}, std::span<const std::uint64_t>{});
 }
 
 template <class Algo, class B, class T>

@@ -51,7 +51,7 @@ future all_to_allv_run(communicator<B>& comm, const policy& pol, std::span<const
     if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
         throw_arg(c, "`in` overlaps `out` (for in-place, pass the same span as `in` and `out`)");
     return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size(), copy_only{}, 0, async,
-                                                    std::span<const std::uint64_t>(k));
+                                                    stream_arg{}, std::span<const std::uint64_t>(k));
 }
 
 template <class Algo, class B, class T>

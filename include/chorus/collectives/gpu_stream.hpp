@@ -34,104 +34,82 @@ namespace chorus {
 // _async forms, in the future (backed by a CUDA event on `stream`).
 
 namespace detail {
-//! Routes the launch of the call in its scope to `stream` (and forgets it
-//! if the call throws before launching).
-class gpu_stream_scope {
-public:
-    gpu_stream_scope(gpu::communicator& comm, cudaStream_t stream) : comm_(comm) { comm_.use_stream(stream, true); }
-    gpu_stream_scope(const gpu_stream_scope&) = delete;
-    gpu_stream_scope& operator=(const gpu_stream_scope&) = delete;
-    ~gpu_stream_scope() { comm_.use_stream(nullptr, false); }
-
-private:
-    gpu::communicator& comm_;
-};
+//! The stream argument of a stream-ordered call (core/communicator.hpp).
+inline stream_arg on_stream(cudaStream_t stream) { return {static_cast<void*>(stream), true}; }
 } // namespace detail
 
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void all_reduce(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op,
                 cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, false);
+    detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, false, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void all_reduce(gpu::communicator& comm, std::span<T, E> inout, Op op, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
     detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op,
-                                  false);
+                                  false, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future all_reduce_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
                                       std::span<T, E> out, Op op, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, true);
+    return detail::all_reduce_impl<Algo>(comm, in, std::span<T>(out), op, true, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future all_reduce_async(gpu::communicator& comm, std::span<T, E> inout, Op op, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op, true);
+    return detail::all_reduce_impl<Algo>(comm, std::span<const T>(inout), std::span<T>(inout), op, true,
+                                         detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
 void all_gather(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
                 cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), false);
+    detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), false, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
 [[nodiscard]] future all_gather_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
                                       std::span<T, E> out, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), true);
+    return detail::all_gather_impl<Algo>(comm, in, std::span<T>(out), true, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void reduce_scatter(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op,
                     cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, false);
+    detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, false, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future reduce_scatter_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
                                           std::span<T, E> out, Op op, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, true);
+    return detail::reduce_scatter_impl<Algo>(comm, in, std::span<T>(out), op, true, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
 void broadcast(gpu::communicator& comm, std::span<T, E> buf, int root, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, false);
+    detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, false, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
 [[nodiscard]] future broadcast_async(gpu::communicator& comm, std::span<T, E> buf, int root, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, true);
+    return detail::broadcast_impl<Algo>(comm, std::span<T>(buf), root, true, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 void reduce(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out, Op op, int root,
             cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, false);
+    detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, false, detail::on_stream(stream));
 }
 template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
     requires detail::op_like<Op>
 [[nodiscard]] future reduce_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
                                   std::span<T, E> out, Op op, int root, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    return detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, true);
+    return detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, true, detail::on_stream(stream));
 }
 //! (A template, so that a translation unit that does not call it does not
 //! compile its kernel.)
 template <int = 0>
 void barrier(gpu::communicator& comm, cudaStream_t stream) {
-    detail::gpu_stream_scope scope(comm, stream);
-    comm.template launch<unsigned char, detail::copy_only>(policy_of<ring<>>, collective::barrier, nullptr, nullptr,
-                                                           0, detail::copy_only{}, 0, false);
+    comm.template launch<unsigned char, detail::copy_only>(policy_of<ring<>>, collective::barrier, nullptr, nullptr, 0,
+                                                           detail::copy_only{}, 0, false, detail::on_stream(stream));
 }
 
 } // namespace chorus

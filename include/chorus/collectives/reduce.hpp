@@ -21,7 +21,7 @@ namespace detail {
 //! made at run time is checked by check_policy).
 template <class B, class T, class Op>
 future reduce_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out, const Op& op,
-                  int root, bool async) {
+                  int root, bool async, stream_arg stream = {}) {
     constexpr collective c = collective::reduce;
     check_policy(c, pol, op_traits<Op>::commutative);
     check_root(c, root, comm.size());
@@ -36,16 +36,16 @@ future reduce_run(communicator<B>& comm, const policy& pol, std::span<const T> i
             throw_arg(c, "`in` and `out` overlap without being the same buffer");
         dst = out.data();
     }
-    return comm.template launch<T, Op>(pol, c, in.data(), dst, in.size(), op, root, async);
+    return comm.template launch<T, Op>(pol, c, in.data(), dst, in.size(), op, root, async, stream);
 }
 
 template <class Algo, class B, class T, class Op>
 future reduce_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, int root,
-                   bool async) {
+                   bool async, stream_arg stream = {}) {
     if constexpr (!check_reduction<Algo, T, Op>()) {
         return future();
     } else {
-        return reduce_run(comm, policy_of<Algo>, in, out, op, root, async);
+        return reduce_run(comm, policy_of<Algo>, in, out, op, root, async, stream);
     }
 }
 } // namespace detail

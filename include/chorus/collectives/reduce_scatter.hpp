@@ -20,7 +20,7 @@ namespace detail {
 //! made at run time is checked by check_policy).
 template <class B, class T, class Op>
 future reduce_scatter_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
-                          const Op& op, bool async) {
+                          const Op& op, bool async, stream_arg stream = {}) {
     constexpr collective c = collective::reduce_scatter;
     check_policy(c, pol, op_traits<Op>::commutative);
     check_data(c, "in", in.data(), in.size());
@@ -34,15 +34,16 @@ future reduce_scatter_run(communicator<B>& comm, const policy& pol, std::span<co
     if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
         throw_arg(c, "`out` overlaps `in` but is not block rank() of it (for in-place, pass "
                      "out = in.subspan(rank() * n, n))");
-    return comm.template launch<T, Op>(pol, c, in.data(), out.data(), out.size(), op, 0, async);
+    return comm.template launch<T, Op>(pol, c, in.data(), out.data(), out.size(), op, 0, async, stream);
 }
 
 template <class Algo, class B, class T, class Op>
-future reduce_scatter_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, bool async) {
+future reduce_scatter_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, const Op& op, bool async,
+                           stream_arg stream = {}) {
     if constexpr (!check_reduction<Algo, T, Op>()) {
         return future();
     } else {
-        return reduce_scatter_run(comm, policy_of<Algo>, in, out, op, async);
+        return reduce_scatter_run(comm, policy_of<Algo>, in, out, op, async, stream);
     }
 }
 } // namespace detail

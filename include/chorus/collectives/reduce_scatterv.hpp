@@ -50,7 +50,7 @@ future reduce_scatterv_run(communicator<B>& comm, const policy& pol, std::span<c
         throw_arg(c, "`out` overlaps `in` but is not block rank() of it (for in-place, pass "
                      "out = in.subspan(counts[0] + ... + counts[rank() - 1], counts[rank()]))");
     return comm.template launch<T, Op>(pol, c, in.data(), out.data(), in.size(), op, 0, async,
-                                             std::span<const std::uint64_t>(k));
+                                             stream_arg{}, std::span<const std::uint64_t>(k));
 }
 
 template <class Algo, class B, class T, class Op>

@@ -9,8 +9,14 @@
 //!
 //!   comm.rank(), comm.size()             this rank, the rank count
 //!   comm.launch<T, Op>(policy, collective, in, out, count, op, root, async
-//!                      [, counts])      runs or queues the call; returns a
+//!                      [, stream [, counts]])
+//!                                       runs or queues the call; returns a
 //!                                         chorus::future (ready for a sync call)
+//!
+//! `stream` (detail::stream_arg) is the stream a stream-ordered call is
+//! ordered on, passed as an argument (never left in the communicator);
+//! host backends run calls in issue order and refuse one. `counts`: the
+//! exchange collectives' per-rank counts.
 //!
 //! `policy` is the value of the policy type the user named (algo/policy.hpp);
 //! the backend turns it into the rank's schedule with make_schedule(policy,
@@ -32,6 +38,14 @@ template <class Backend>
 class communicator;
 
 namespace detail {
+//! The stream a call is ordered on, for a backend that has streams: on the
+//! GPU backend a cudaStream_t (a pointer type), `given` false meaning the
+//! communicator's own stream.
+struct stream_arg {
+    void* handle = nullptr;
+    bool given = false;
+};
+
 //! What every collective call uses of a communicator (see the file comment),
 //! checked for one element type and operator.
 template <class Comm, class T, class Op>
