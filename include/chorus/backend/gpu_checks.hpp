@@ -46,7 +46,7 @@ inline error gpu_fault_error(int rank, const lane_fault* faults, int n, const st
     const std::string head = "chorus::gpu: rank " + std::to_string(rank) + ": ";
     switch (static_cast<status>(f.code)) {
     case status::timeout:
-        return error(errc::timeout, head + "timed out waiting for rank " + std::to_string(f.peer) + " (channel " +
+        return error(errc::timeout, head + timed_out_waiting(-1, rank_text(f.peer)) + " (channel " +
                                         std::to_string(f.channel) + ", unit " + std::to_string(f.unit) +
                                         "); did every rank issue this collective?");
     case status::mismatch:
@@ -61,7 +61,7 @@ inline error gpu_fault_error(int rank, const lane_fault* faults, int n, const st
             return error(errc::peer_failed,
                          head + "stopped because rank " + std::to_string(r) + " failed (" +
                              (o.code == static_cast<int>(status::timeout)
-                                  ? "it timed out waiting for rank " + std::to_string(o.peer)
+                                  ? "it " + timed_out_waiting(-1, rank_text(o.peer))
                                   : std::string("ranks disagree about the call")) +
                              ")");
     }

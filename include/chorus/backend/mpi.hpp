@@ -1323,8 +1323,7 @@ void communicator<mpi>::run_engine(const policy& pol, collective coll, const T* 
     const std::string peer = e.bad_peer >= 0 ? "rank " + std::to_string(e.bad_peer) : std::string("a peer");
     if (st == detail::status::timeout)
         fail_call(head_name, errc::timeout,
-                  "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for " + peer + " in " +
-                      e.doing);
+                  detail::timed_out_waiting(cs.timeout.count(), peer) + " in " + e.doing);
     if (st == detail::status::mismatch)
         fail_call(head_name, errc::internal,
                   "could not read rank " + std::to_string(e.bad_peer) + "'s buffers in " + e.doing +
@@ -1396,8 +1395,7 @@ void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T
     if (bad < 0) bad = e.bad_peer;
     if (st == detail::status::timeout)
         fail_call(head_name, errc::timeout,
-                  "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for rank " +
-                      std::to_string(bad) + " (" + doing + ", algorithm " + detail::policy_name(pol) + ")");
+                  detail::timed_out_waiting(cs.timeout.count(), detail::rank_text(bad)) + " (" + doing + ", algorithm " + detail::policy_name(pol) + ")");
     if (st == detail::status::peer_exited && bad >= 0)
         fail_call(head_name, errc::peer_failed,
                   "rank " + std::to_string(bad) + " (process " + std::to_string(pids_[static_cast<std::size_t>(bad)]) +
@@ -1447,8 +1445,8 @@ void communicator<mpi>::transfer(bool is_send, T* buf, std::uint64_t count, int 
                           std::to_string(pids_[static_cast<std::size_t>(peer)]) + ") died before " +
                           (is_send ? "receiving " : "sending ") + which);
         fail_call(fn, errc::timeout,
-                  "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for rank " +
-                      std::to_string(peer) + (is_send ? " to receive " : " to send ") + which);
+                  detail::timed_out_waiting(cs.timeout.count(), detail::rank_text(peer)) +
+                      (is_send ? " to receive " : " to send ") + which);
     };
     // `bytes` bytes at p, in messages of at most `per`.
     auto post = [&](bool send, void* p, std::uint64_t bytes, int tag, std::vector<MPI_Request>& reqs) {

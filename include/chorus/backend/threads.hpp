@@ -620,8 +620,7 @@ inline void communicator<threads>::run_schedule(const policy& pol, const any_sch
                 absent += (absent.empty() ? "" : ", ") + std::to_string(r);
         const std::string missing =
             absent.empty() ? std::string("every rank has entered it") : "ranks that have not joined it: " + absent;
-        msg = "timed out after " + std::to_string(timeout_.count()) + " ms waiting for rank " +
-              std::to_string(e.bad_peer) + " (channel " + std::to_string(e.bad_channel) + ", unit " +
+        msg = detail::timed_out_waiting(timeout_.count(), detail::rank_text(e.bad_peer)) + " (channel " + std::to_string(e.bad_channel) + ", unit " +
               std::to_string(e.bad_units) + " of " + std::to_string(sch.units()) + "); " + missing;
         w.abort(errc::timeout, "rank " + std::to_string(rank_) + " timed out in " + collective_name(coll) +
                                    " waiting for rank " + std::to_string(e.bad_peer) + "; " + missing);
@@ -709,8 +708,8 @@ void communicator<threads>::transfer(bool is_send, T* buf, std::uint64_t count, 
             code = errc::peer_failed;
             msg_text = "rank " + std::to_string(peer) + " withdrew " + which + " (its send failed)";
         } else if (st == detail::status::timeout) {
-            msg_text = "timed out after " + std::to_string(cs.timeout.count()) + " ms waiting for rank " +
-                       std::to_string(peer) + (is_send ? " to receive " : " to send ") + which;
+            msg_text = detail::timed_out_waiting(cs.timeout.count(), detail::rank_text(peer)) +
+                       (is_send ? " to receive " : " to send ") + which;
         } else {
             code = errc::peer_failed;
             msg_text = "rank " + std::to_string(peer) + " returned without " + (is_send ? "receiving " : "sending ") +

@@ -50,4 +50,14 @@ private:
 namespace chorus::detail {
 //! Result of device-clean code (no exceptions there).
 enum class status : int { ok = 0, timeout, aborted, mismatch, peer_exited };
+//! The words of every backend's timeout: "timed out after <ms> ms waiting
+//! for <whom>" (timeout_ms < 0, when the waiter does not know it: the GPU
+//! kernels, "timed out waiting for <whom>").
+inline std::string timed_out_waiting(long long timeout_ms, const std::string& whom) {
+    return (timeout_ms >= 0 ? "timed out after " + std::to_string(timeout_ms) + " ms" : std::string("timed out")) +
+           " waiting for " + whom;
+}
+//! "rank <r>", as the messages name a rank.
+inline std::string rank_text(int r) { return "rank " + std::to_string(r); }
+
 } // namespace chorus::detail
