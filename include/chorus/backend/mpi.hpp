@@ -750,6 +750,14 @@ private:
     model::topology topo_{};              //!< schedule_args::topo: what automatic plans against
     detail::choice_memo choices_{};       //!< automatic's recent choices (calls run in order)
     detail::sched_plan plan_;
+    //! What plan_ was built for (every rank's schedule out of place), so a
+    //! repeated call (the same buckets every step) skips walking n
+    //! schedules; the exchange collectives are planned every time (their
+    //! counts may change behind the same pointer).
+    policy plan_pol_{};
+    schedule_args plan_args_{};
+    bool plan_valid_ = false;
+    detail::schedule_memo schedules_; //!< this rank's last schedule
     detail::scratch_buffer sched_scratch_; //!< the schedules' scratch
     detail::scratch_buffer staging_;       //!< received data (kept while a failed call may still write it)
     // send/recv
@@ -1344,16 +1352,19 @@ void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T
                                      const schedule_args& args, std::chrono::steady_clock::time_point deadline,
                                      call_settings cs) {
     const char* head_name = collective_name(coll);
-    const any_schedule sch = make_schedule(pol, args, &choices_);
+    const any_schedule& sch = schedules_.make(pol, args);
     // Every rank's schedule (this one's too) as planned out of place: what
     // a rank reads from others does not depend on its own in_place.
+    schedule_args key = args;
+    key.in_place = false;
+    const bool planned = plan_valid_ && !is_exchange(coll) && pol == plan_pol_ && same_args(key, plan_args_);
     auto schedule_of = [&](int q) {
-        schedule_args a = args;
+        schedule_args a = key;
         a.rank = q;
-        a.in_place = false;
         return make_schedule(pol, a, &choices_);
     };
-    if (!plan_.build(schedule_of, rank_, size_, sizeof(T))) {
+    plan_valid_ = planned;
+    if (!planned && !plan_.build(schedule_of, rank_, size_, sizeof(T))) {
         // Every rank walks every rank's schedule, so every rank refuses the
         // call here, before anything moved: the communicator stays usable.
         const auto& p = plan_.push;
@@ -1363,6 +1374,11 @@ void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T
                         std::to_string(p.channel) + " writes rank " + std::to_string(p.target) +
                         "'s buffer (a push), which communicator<mpi>'s schedule executor does not run "
                         "(ring<> and hierarchical<Intra, ring<>> run on its engine)");
+    }
+    if (!planned) {
+        plan_pol_ = pol;
+        plan_args_ = key;
+        plan_valid_ = true;
     }
     if (plan_.tags > std::uint64_t(tag_ub_) + 1)
         fail_call(head_name, errc::invalid_argument,

@@ -69,6 +69,7 @@
 #include "../algo/schedule.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_reduce_copy.hpp"
+#include "../exec/rank_program.hpp"
 
 namespace chorus::detail {
 
@@ -315,16 +316,10 @@ public:
             }
         }
         const int C = sch.channels();
-        const std::uint64_t U = sch.units();
         if (const status st = flush(0, C - 1); st != status::ok) return st; // trigger u = 0: before unit 0
-        for (std::uint64_t p = 0; p < U; ++p) {
-            for (int c = 0; c < C; ++c) {
-                const step s = sch.unit(c, p);
-                if (s.count != 0)
-                    if (const status st = execute(s, c, p); st != status::ok) return st;
-                if (const status st = flush(p + 1, c); st != status::ok) return st;
-            }
-        }
+        // The shared rank program (exec/rank_program.hpp), with messages.
+        message_env env{*this, C};
+        if (const status st = run_rank_interleaved(sch, env); st != status::ok) return st;
         // Triggers beyond our last unit (a schedule that waits for more
         // units than we run would hang in shared memory too): send now.
         if (const status st = flush(~std::uint64_t(0), C); st != status::ok) return st;
@@ -339,6 +334,27 @@ public:
     }
 
 private:
+    //! The rank program's environment over messages: a wait is already
+    //! satisfied (the plan turned it into the triggers of the peers'
+    //! sends, and execute() receives what a step reads before using it),
+    //! execute() runs one step on staged peer data, and post() sends what
+    //! peers wait for after this unit. Units run in the interleaved order
+    //! (unit-major, then channel), the order the plan numbered messages in.
+    struct message_env {
+        sched_executor& x;
+        int channels;
+        int c = 0;          //!< the unit running now, for error messages
+        std::uint64_t p = 0;
+
+        status wait(int, int, std::uint64_t) const { return status::ok; }
+        status execute(const step& s) { return s.count != 0 ? x.execute(s, c, p) : status::ok; }
+        void post(int channel, std::uint64_t units) {
+            (void)x.flush(units, channel);
+            c = channel + 1 < channels ? channel + 1 : 0;
+            p = channel + 1 < channels ? units - 1 : units;
+        }
+    };
+
     const sched_plan& plan_;
     Waiter& w_;
     MPI_Comm comm_;
