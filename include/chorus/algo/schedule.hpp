@@ -31,6 +31,21 @@ struct operand {
     std::uint64_t offset = 0;
 };
 
+//! Where an operand's slice starts, given its rank's registered buffers:
+//! `elem_bytes` per element; null for where::none (and for a buffer the
+//! rank did not register). Every executor resolves operands with it.
+CHORUS_HD inline unsigned char* operand_address(const operand& o, const void* in, void* out, void* scratch,
+                                                std::uint64_t elem_bytes) {
+    unsigned char* b = nullptr;
+    switch (o.loc) {
+    case where::in: b = const_cast<unsigned char*>(static_cast<const unsigned char*>(in)); break;
+    case where::out: b = static_cast<unsigned char*>(out); break;
+    case where::scratch: b = static_cast<unsigned char*>(scratch); break;
+    case where::none: break;
+    }
+    return b == nullptr ? nullptr : b + o.offset * elem_bytes;
+}
+
 //! Wait until rank `peer` has finished `units` units on this channel
 //! (peer < 0: no wait). With span > 1 the wait covers the ranks
 //! peer + i * stride for i < span (a group: "every rank of my node"),

@@ -382,17 +382,11 @@ private:
     }
 
     T* own(const operand& o) const {
-        T* b = nullptr;
-        switch (o.loc) {
-        case where::in: b = in_; break;
-        case where::out: b = out_; break;
-        case where::scratch: b = scratch_; break;
-        case where::none: break;
-        }
+        unsigned char* b = operand_address(o, in_, out_, scratch_, sizeof(T));
         if (b == nullptr)
             throw error(errc::internal, "chorus: rank " + std::to_string(me_) +
                                             "'s schedule uses a buffer this call does not have");
-        return b + o.offset;
+        return reinterpret_cast<T*>(b);
     }
 
     //! Sends every transfer whose trigger is at or before (u, c).

@@ -497,14 +497,7 @@ struct communicator<threads>::env {
     unsigned char* base(const operand& o) {
         const detail::descriptor* d = o.rank == self.rank_ ? &mine : peer_desc(o.rank);
         if (d == nullptr) return nullptr;
-        const std::uint64_t at = o.offset * k.types.elem_bytes;
-        switch (o.loc) {
-        case where::in: return const_cast<unsigned char*>(static_cast<const unsigned char*>(d->in)) + at;
-        case where::out: return static_cast<unsigned char*>(d->out) + at;
-        case where::scratch: return static_cast<unsigned char*>(d->scratch) + at;
-        case where::none: break;
-        }
-        return nullptr;
+        return operand_address(o, d->in, d->out, d->scratch, k.types.elem_bytes);
     }
 
     detail::status execute(const step& s) {

@@ -199,13 +199,7 @@ struct lane_env {
             peer.scratch = pd.scratch;
             d = &peer;
         }
-        switch (o.loc) {
-        case where::in: return const_cast<T*>(static_cast<const T*>(d->in)) + o.offset;
-        case where::out: return static_cast<T*>(d->out) + o.offset;
-        case where::scratch: return static_cast<T*>(d->scratch) + o.offset;
-        case where::none: break;
-        }
-        return nullptr;
+        return reinterpret_cast<T*>(operand_address(o, d->in, d->out, d->scratch, sizeof(T)));
     }
 
     int channel = 0;   //!< the channel this env runs (set by run_lane_channel)
