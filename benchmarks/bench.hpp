@@ -6,11 +6,13 @@
 //! (chorus::policy), chosen at run time: the rank program is instantiated
 //! once per (element type, operator), in bench_sweep.cpp, and serves every
 //! policy; a -j2 build compiles it beside chorus_bench.cpp.
-//! chorus_bench_gpu.cu includes it too, for the collective kinds and their
-//! names and bus factors, the sweep options, usage_error, the command-line
-//! parsers and human_bytes.
+//! chorus_bench_gpu.cu includes it too, for the sweep options and
+//! human_bytes. The command line and the collectives by name are cli.hpp's,
+//! shared with every benchmark and tool.
 
 #include <chorus/chorus.hpp>
+
+#include "cli.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -43,48 +45,23 @@ namespace chorus_bench {
 using comm_type = chorus::communicator<chorus::threads>;
 using clock_type = std::chrono::steady_clock;
 
-//! Concatenates strings without operator+ (whose inlined form trips GCC 12's
-//! -Wrestrict false positive at -O3, GCC bug 105651).
-template <class... Parts>
-std::string cat(const Parts&... parts) {
-    std::string s;
-    (s.append(std::string_view(parts)), ...);
-    return s;
-}
+using chorus_cli::all_colls;
+using chorus_cli::bus_factor;
+using chorus_cli::cat;
+using chorus_cli::coll_count_per_rank;
+using chorus_cli::coll_kind;
+using chorus_cli::coll_name;
+using chorus_cli::to_collective;
+using chorus_cli::usage_error;
 
 // ---------------------------------------------------------------------------
 // What can be measured
 // ---------------------------------------------------------------------------
 
-enum class coll_kind { all_reduce, all_gather, reduce_scatter, broadcast, reduce };
-inline constexpr coll_kind all_colls[] = {coll_kind::all_reduce, coll_kind::all_gather, coll_kind::reduce_scatter,
-                                          coll_kind::broadcast, coll_kind::reduce};
-
-constexpr const char* coll_name(coll_kind c) {
-    switch (c) {
-    case coll_kind::all_reduce: return "all_reduce";
-    case coll_kind::all_gather: return "all_gather";
-    case coll_kind::reduce_scatter: return "reduce_scatter";
-    case coll_kind::broadcast: return "broadcast";
-    case coll_kind::reduce: return "reduce";
-    }
-    return "?";
-}
 constexpr bool coll_uses_op(coll_kind c) {
     return c == coll_kind::all_reduce || c == coll_kind::reduce_scatter || c == coll_kind::reduce;
 }
 constexpr bool coll_uses_root(coll_kind c) { return c == coll_kind::broadcast || c == coll_kind::reduce; }
-
-constexpr chorus::collective to_collective(coll_kind c) {
-    switch (c) {
-    case coll_kind::all_reduce: return chorus::collective::all_reduce;
-    case coll_kind::all_gather: return chorus::collective::all_gather;
-    case coll_kind::reduce_scatter: return chorus::collective::reduce_scatter;
-    case coll_kind::broadcast: return chorus::collective::broadcast;
-    case coll_kind::reduce: return chorus::collective::reduce;
-    }
-    return chorus::collective::all_reduce;
-}
 
 //! CHORUS_RANKS_PER_NODE as the threads backend reads it (0: one node).
 inline int emulated_node_size() {
@@ -96,23 +73,6 @@ inline int emulated_node_size() {
 }
 //! Broadcast takes one buffer: it is in place by definition.
 constexpr bool coll_has_out_of_place(coll_kind c) { return c != coll_kind::broadcast; }
-//! A row's per-call count is per rank for these (nccl-tests' convention).
-constexpr bool coll_count_per_rank(coll_kind c) {
-    return c == coll_kind::all_gather || c == coll_kind::reduce_scatter;
-}
-
-//! nccl-tests doc/PERFORMANCE.md: busbw = algbw * factor.
-inline double bus_factor(coll_kind c, int n) {
-    switch (c) {
-    case coll_kind::all_reduce: return 2.0 * (n - 1) / n;
-    case coll_kind::all_gather:
-    case coll_kind::reduce_scatter: return double(n - 1) / n;
-    case coll_kind::broadcast:
-    case coll_kind::reduce: return 1.0;
-    }
-    return 1.0;
-}
-
 //! The least bytes a shared-memory implementation must read plus write, for
 //! S = the row's size column (see the printed definitions).
 inline double least_traffic_bytes(coll_kind c, int n, double s) {
@@ -205,27 +165,12 @@ static_assert(ring_policy(4, 64 << 10) ==
 // Options
 // ---------------------------------------------------------------------------
 
-//! The nccl-tests sweep (-b -e -f -n -w -c) and its defaults, the same in
-//! chorus_bench and chorus_bench_gpu.
-struct sweep_options {
-    std::size_t min_bytes = 8;
-    std::size_t max_bytes = std::size_t(64) << 20;
-    std::size_t step_factor = 2;
-    int iters = 20;
-    int warmup = 5;
-    int reps = 1; //!< timed loops per row; the fastest is reported
+//! The sweep (cli.hpp: the collectives, -b -e -f -n -w --reps) and -c, the
+//! same in chorus_bench and chorus_bench_gpu.
+struct sweep_options : chorus_cli::sweep_options {
     bool check = true;
 };
-
-//! Sweep sizes: min, min*f, ... up to max.
-inline std::vector<std::size_t> sweep_sizes(const sweep_options& o) {
-    std::vector<std::size_t> sizes;
-    for (std::size_t s = o.min_bytes; s <= o.max_bytes; s *= o.step_factor) {
-        sizes.push_back(s);
-        if (s > o.max_bytes / o.step_factor) break;
-    }
-    return sizes;
-}
+using chorus_cli::sweep_sizes;
 
 struct options : sweep_options {
     std::vector<op_kind> ops{op_kind::sum};
@@ -236,87 +181,13 @@ struct options : sweep_options {
     std::vector<std::string> algos{"ring"}; //!< --algo: every policy to measure, in order
     int channels = 1;
     std::size_t chunk_bytes = 256 << 10;
-    std::vector<coll_kind> colls{std::begin(all_colls), std::end(all_colls)};
     bool out_of_place = true;
     bool in_place = true;
     std::string json_path;
     std::string csv_path;
     bool quick = false;
-    bool reps_given = false; //!< --reps was on the command line (the interleaved comparison defaults to 3)
     std::string command_line;
 };
-
-struct usage_error {
-    std::string what;
-};
-
-// ---------------------------------------------------------------------------
-// Command-line parsing (shared with chorus_bench_gpu.cu)
-// ---------------------------------------------------------------------------
-
-//! A byte count: digits, then optionally K, M or G (binary; a trailing B,
-//! iB or b is allowed) or B. `suffix_hint` ends the unknown-suffix message.
-inline std::size_t parse_bytes(std::string_view s, std::string_view flag, std::string_view suffix_hint = {}) {
-    if (s.empty()) throw usage_error{cat(flag, ": empty size")};
-    std::size_t value = 0;
-    std::size_t i = 0;
-    for (; i < s.size() && s[i] >= '0' && s[i] <= '9'; ++i) {
-        if (value > (std::numeric_limits<std::size_t>::max() - 9) / 10)
-            throw usage_error{cat(flag, ": size too large: ", s)};
-        value = value * 10 + std::size_t(s[i] - '0');
-    }
-    if (i == 0) throw usage_error{cat(flag, ": not a size: ", s)};
-    std::string_view suffix = s.substr(i);
-    int shift = 0;
-    if (!suffix.empty()) {
-        switch (suffix[0]) {
-        case 'k': case 'K': shift = 10; break;
-        case 'm': case 'M': shift = 20; break;
-        case 'g': case 'G': shift = 30; break;
-        case 'b': case 'B': shift = 0; break;
-        default: throw usage_error{cat(flag, ": unknown size suffix in '", s, "'", suffix_hint)};
-        }
-        std::string_view rest = suffix.substr(1);
-        if (shift != 0 && (rest == "B" || rest == "iB" || rest == "b")) rest = {};
-        if (!rest.empty()) throw usage_error{cat(flag, ": unknown size suffix in '", s, "'")};
-    }
-    if (shift != 0 && value > (std::numeric_limits<std::size_t>::max() >> shift))
-        throw usage_error{cat(flag, ": size too large: ", s)};
-    return value << shift;
-}
-
-//! A decimal integer in [lo, hi].
-inline long long parse_int(std::string_view s, std::string_view flag, long long lo, long long hi) {
-    long long value = 0;
-    bool neg = false;
-    std::size_t i = 0;
-    if (!s.empty() && s[0] == '-') {
-        neg = true;
-        i = 1;
-    }
-    if (i == s.size()) throw usage_error{cat(flag, ": not a number: '", s, "'")};
-    for (; i < s.size(); ++i) {
-        if (s[i] < '0' || s[i] > '9') throw usage_error{cat(flag, ": not a number: '", s, "'")};
-        value = value * 10 + (s[i] - '0');
-        if (value > hi + 1) break;
-    }
-    if (neg) value = -value;
-    if (value < lo || value > hi)
-        throw usage_error{cat(flag, ": ", s, " is out of range [", std::to_string(lo), ", ", std::to_string(hi), "]")};
-    return value;
-}
-
-//! The comma-separated items of s (empty items kept).
-inline std::vector<std::string_view> split_list(std::string_view s) {
-    std::vector<std::string_view> out;
-    while (true) {
-        const std::size_t comma = s.find(',');
-        out.push_back(s.substr(0, comma));
-        if (comma == std::string_view::npos) break;
-        s.remove_prefix(comma + 1);
-    }
-    return out;
-}
 
 // ---------------------------------------------------------------------------
 // Buffers

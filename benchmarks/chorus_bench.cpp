@@ -40,8 +40,9 @@
 //! functions the public calls run, so the rank program is instantiated
 //! once per (element type, operator) whatever the policies.
 //!
-//! Sources: bench.hpp (shared definitions and the rank program), this file
-//! (command line, copy ceiling, driver), bench_sweep.cpp (the collective
+//! Sources: bench.hpp (shared definitions and the rank program), cli.hpp
+//! (the command-line machinery every benchmark and tool shares), this file
+//! (options, copy ceiling, driver), bench_sweep.cpp (the collective
 //! instantiations, compiled in parallel).
 //!
 //! Exit status: 0 all checks passed, 1 a wrong value or a chorus error,
@@ -52,75 +53,49 @@
 #include <barrier>
 #include <cstdlib>
 #include <exception>
-#include <initializer_list>
+#include <span>
 
 namespace chorus_bench {
 namespace {
 
+using chorus_cli::parse_bytes;
+using chorus_cli::parse_int;
+
+//! The sweep's options (-b -e -f -n -w --reps --collectives) with chorus_bench's defaults.
+const chorus_cli::sweep_rows sweep_table(options(), true);
+
+//! What -a's --help says after the policies.
+constexpr std::string_view algo_note =
+    "each measured in turn, other than ring with their default tuning and -d float only. With automatic and a "
+    "fixed policy, each collective's tables are followed by an interleaved comparison (float sum; per size and "
+    "repetition every listed policy but deterministic in turn on the same threads, fastest of --reps) and a "
+    "summary of automatic against the best fixed policy";
+
+//! The command line, and the --help text printed from it.
+std::span<const chorus_cli::option> option_table() {
+    static const std::string algo_help = chorus_cli::policies_help(nullptr, "ring", algo_note);
+    static const std::vector<chorus_cli::option> table = sweep_table.then({
+        {"check", 'c', "0|1", "verify results, count #wrong (default 1)"},
+        {"op", 'o', "LIST", "sum,prod,min,max,avg or all (default sum)"},
+        {"datatype", 'd', "LIST", "int8,uint8,int32,uint32,int64,uint64,float,double or all (default float)"},
+        {"ranks", 't', "N", "ranks = threads (default 2)"},
+        {"root", 'r', "N", "root of broadcast and reduce (default 0)"},
+        {"algo", 'a', "LIST", algo_help},
+        {"channels", 0, "K", "ring channels, 1..32 (default 1)"},
+        {"chunk-bytes", 0, "SIZE", "ring chunk, at least 16 (default 256K)"},
+        {"place", 0, "out|in|both", "out-of-place, in-place or both columns (default both)"},
+        {"inplace", 0, {}, "same as --place in"},
+        {"outofplace", 0, {}, "same as --place out"},
+        {"json", 0, "FILE", "also write every row as JSON"},
+        {"csv", 0, "FILE", "also write every row as CSV"},
+        {"quick", 0, {}, "short sweep 8 B..4 MiB, -n 10 -w 2 (explicit flags still win)"},
+        {"help", 'h', {}, "this text"},
+    });
+    return table;
+}
+
 void print_usage(std::FILE* to, const char* argv0) {
-    std::fprintf(to,
-                 "usage: %s [options]\n"
-                 "  -b, --minbytes SIZE       smallest message, bytes; suffixes K M G (default 8)\n"
-                 "  -e, --maxbytes SIZE       largest message (default 64M)\n"
-                 "  -f, --stepfactor N        multiply the size by N each row (default 2)\n"
-                 "  -n, --iters N             timed calls per size (default 20)\n"
-                 "  -w, --warmup N            untimed calls before timing (default 5)\n"
-                 "      --reps R              time R loops of -n calls per row, report the fastest (default 1;\n"
-                 "                            3 in the interleaved automatic comparison)\n"
-                 "  -c, --check 0|1           verify results, count #wrong (default 1)\n"
-                 "  -o, --op LIST             sum,prod,min,max,avg or all (default sum)\n"
-                 "  -d, --datatype LIST       int8,uint8,int32,uint32,int64,uint64,float,double or all (default float)\n"
-                 "  -t, --ranks N             ranks = threads (default 2)\n"
-                 "  -r, --root N              root of broadcast and reduce (default 0)\n"
-                 "  -a, --algo LIST           policies, each measured in turn: ring, direct, tree,\n"
-                 "                            recursive_doubling, rabenseifner, two_shot, hierarchical,\n"
-                 "                            automatic, deterministic, or all (default ring); other than\n"
-                 "                            ring with their default tuning and -d float only. With\n"
-                 "                            automatic and a fixed policy, each collective's tables are\n"
-                 "                            followed by an interleaved comparison (float sum; per size\n"
-                 "                            and repetition every listed policy but deterministic in\n"
-                 "                            turn on the same threads, fastest of --reps) and a summary\n"
-                 "                            of automatic against the best fixed policy\n"
-                 "      --channels K          ring channels, 1..32 (default 1)\n"
-                 "      --chunk-bytes SIZE    ring chunk, at least 16 (default 256K)\n"
-                 "      --collectives LIST    all_reduce,all_gather,reduce_scatter,broadcast,reduce or all (default all)\n"
-                 "      --place out|in|both   out-of-place, in-place or both columns (default both)\n"
-                 "      --inplace             same as --place in\n"
-                 "      --outofplace          same as --place out\n"
-                 "      --json FILE           also write every row as JSON\n"
-                 "      --csv FILE            also write every row as CSV\n"
-                 "      --quick               short sweep 8 B..4 MiB, -n 10 -w 2 (explicit flags still win)\n"
-                 "  -h, --help                this text\n",
-                 argv0);
-}
-
-template <class Kind, std::size_t N>
-std::vector<Kind> parse_list(std::string_view s, std::string_view flag, const Kind (&all)[N],
-                             const char* (*name)(Kind), std::initializer_list<std::pair<std::string_view, Kind>> aliases = {}) {
-    if (s == "all") return {std::begin(all), std::end(all)};
-    std::vector<Kind> out;
-    for (std::string_view item : split_list(s)) {
-        bool found = false;
-        for (Kind k : all)
-            if (item == name(k)) {
-                out.push_back(k);
-                found = true;
-            }
-        for (const auto& [alias, k] : aliases)
-            if (!found && item == alias) {
-                out.push_back(k);
-                found = true;
-            }
-        if (!found) throw usage_error{cat(flag, ": unknown value '", item, "'")};
-    }
-    return out;
-}
-
-//! The names -a/--algo knows, comma-separated, in the order of --algo all.
-std::string policy_names() {
-    std::string names;
-    for (const char* name : chorus::policy_names) names.append(cat(names.empty() ? "" : ",", name));
-    return names;
+    chorus_cli::print_help(to, cat("usage: ", argv0, " [options]"), option_table());
 }
 
 //! The policy value of -a name `name`: ring with --channels and
@@ -134,80 +109,18 @@ bool policy_for(std::string_view name, const options& o, chorus::policy& out) {
     return chorus::policy_from_name(name, out);
 }
 
-std::string quote_arg(std::string_view a) {
-    const bool plain = !a.empty() && a.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                        "0123456789-_.,/=:+@%") == std::string_view::npos;
-    if (plain) return std::string(a);
-    std::string q = "'";
-    for (char ch : a) {
-        if (ch == '\'') q.append("'\\''");
-        else q += ch;
-    }
-    q += '\'';
-    return q;
-}
-
 options parse_options(int argc, char** argv) {
     options o;
-    for (int i = 0; i < argc; ++i) {
-        if (i) o.command_line += ' ';
-        o.command_line += quote_arg(argv[i]);
+    o.command_line = chorus_cli::join_args({argv, std::size_t(argc)}, true);
+    const chorus_cli::parsed_line line = chorus_cli::parse(argc, argv, option_table());
+    if (line.help) {
+        print_usage(stdout, argv[0]);
+        std::exit(0);
     }
 
-    struct flag_spec {
-        char short_name;
-        std::string_view long_name;
-        bool takes_value;
-    };
-    static constexpr flag_spec specs[] = {
-        {'b', "minbytes", true},  {'e', "maxbytes", true},   {'f', "stepfactor", true}, {'n', "iters", true},
-        {'w', "warmup", true},    {'w', "warmup_iters", true}, {'c', "check", true},    {'o', "op", true},
-        {'d', "datatype", true},  {'t', "ranks", true},      {'r', "root", true},       {'a', "algo", true},
-        {0, "channels", true},    {0, "chunk-bytes", true},  {0, "collectives", true},  {0, "place", true},
-        {0, "inplace", false},    {0, "outofplace", false},  {0, "json", true},         {0, "csv", true},
-        {0, "reps", true},
-        {0, "quick", false},      {'h', "help", false},
-    };
-
-    // First pass: collect (flag, value); --quick sets defaults that explicit flags override.
-    std::vector<std::pair<const flag_spec*, std::string_view>> given;
-    for (int i = 1; i < argc; ++i) {
-        std::string_view arg = argv[i];
-        const flag_spec* spec = nullptr;
-        std::string_view value;
-        bool has_value = false;
-        if (arg.size() > 2 && arg.starts_with("--")) {
-            std::string_view name = arg.substr(2);
-            if (const std::size_t eq = name.find('='); eq != std::string_view::npos) {
-                value = name.substr(eq + 1);
-                name = name.substr(0, eq);
-                has_value = true;
-            }
-            for (const flag_spec& s : specs)
-                if (s.long_name == name) spec = &s;
-        } else if (arg.size() >= 2 && arg[0] == '-' && arg[1] != '-') {
-            for (const flag_spec& s : specs)
-                if (s.short_name == arg[1]) {
-                    spec = &s;
-                    break;
-                }
-            if (arg.size() > 2) {
-                value = arg.substr(2);
-                has_value = true;
-            }
-        }
-        if (spec == nullptr) throw usage_error{cat("unknown argument '", arg, "'")};
-        if (spec->takes_value && !has_value) {
-            if (i + 1 >= argc) throw usage_error{cat("--", spec->long_name, " needs a value")};
-            value = argv[++i];
-        } else if (!spec->takes_value && has_value) {
-            throw usage_error{cat("--", spec->long_name, " takes no value")};
-        }
-        given.emplace_back(spec, value);
-    }
-
-    for (const auto& [spec, value] : given)
-        if (spec->long_name == "quick") {
+    //! --quick sets defaults that explicit flags override, wherever they stand.
+    for (const chorus_cli::given_option& g : line.given)
+        if (g.is("quick")) {
             o.quick = true;
             o.min_bytes = 8;
             o.max_bytes = std::size_t(4) << 20;
@@ -215,76 +128,44 @@ options parse_options(int argc, char** argv) {
             o.warmup = 2;
         }
 
-    constexpr std::string_view size_hint = " (use K, M or G)";
-    for (const auto& [spec, value] : given) {
-        const std::string flag = cat("--", spec->long_name);
-        const std::string_view name = spec->long_name;
-        if (name == "minbytes") o.min_bytes = parse_bytes(value, flag, size_hint);
-        else if (name == "maxbytes") o.max_bytes = parse_bytes(value, flag, size_hint);
-        else if (name == "stepfactor") o.step_factor = std::size_t(parse_int(value, flag, 2, 1 << 20));
-        else if (name == "iters") o.iters = int(parse_int(value, flag, 1, 1 << 30));
-        else if (name == "warmup" || name == "warmup_iters") o.warmup = int(parse_int(value, flag, 0, 1 << 30));
-        else if (name == "reps") {
-            o.reps = int(parse_int(value, flag, 1, 1000));
-            o.reps_given = true;
-        }
-        else if (name == "check") o.check = parse_int(value, flag, 0, 1) != 0;
-        else if (name == "op") o.ops = parse_list(value, flag, all_ops, op_name);
-        else if (name == "datatype")
-            o.types = parse_list(value, flag, all_types, type_name,
-                                 {{"float32", type_kind::float32}, {"float64", type_kind::float64},
-                                  {"int", type_kind::int32}, {"char", type_kind::int8}});
-        else if (name == "ranks") o.ranks = int(parse_int(value, flag, 1, 4096));
-        else if (name == "root") o.root = int(parse_int(value, flag, 0, 4095));
-        else if (name == "algo") {
-            o.algos.clear();
-            if (value == "all") {
-                for (const char* name : chorus::policy_names) o.algos.emplace_back(name);
-            } else {
-                for (std::string_view a : split_list(value)) o.algos.emplace_back(a);
-            }
-        }
-        else if (name == "channels") o.channels = int(parse_int(value, flag, 1, 64));
-        else if (name == "chunk-bytes") o.chunk_bytes = parse_bytes(value, flag, size_hint);
-        else if (name == "collectives") o.colls = parse_list(value, flag, all_colls, coll_name);
-        else if (name == "place") {
-            if (value != "out" && value != "in" && value != "both")
-                throw usage_error{cat(flag, ": expected out, in or both, got '", value, "'")};
-            o.out_of_place = value != "in";
-            o.in_place = value != "out";
-        } else if (name == "inplace") {
+    for (const chorus_cli::given_option& g : line.given) {
+        const std::string_view v = g.value;
+        const std::string& flag = g.flag;
+        if (sweep_table.read(g, o)) continue;
+        if (g.is("check")) o.check = parse_int(v, flag, 0, 1) != 0;
+        else if (g.is("op")) o.ops = chorus_cli::parse_names(v, flag, "operator", all_ops, op_name);
+        else if (g.is("datatype"))
+            o.types = chorus_cli::parse_names(v, flag, "type", all_types, type_name,
+                                              {{"float32", type_kind::float32}, {"float64", type_kind::float64},
+                                               {"int", type_kind::int32}, {"char", type_kind::int8}});
+        else if (g.is("ranks")) o.ranks = int(parse_int(v, flag, 1, 4096));
+        else if (g.is("root")) o.root = int(parse_int(v, flag, 0, 4095));
+        else if (g.is("algo")) o.algos = chorus_cli::parse_policies(v, flag);
+        else if (g.is("channels")) o.channels = int(parse_int(v, flag, 1, chorus::max_channels));
+        else if (g.is("chunk-bytes")) o.chunk_bytes = parse_bytes(v, flag);
+        else if (g.is("place")) {
+            const std::size_t k = chorus_cli::parse_choice(v, flag, {"out", "in", "both"});
+            o.out_of_place = k != 1;
+            o.in_place = k != 0;
+        } else if (g.is("inplace")) {
             o.out_of_place = false;
             o.in_place = true;
-        } else if (name == "outofplace") {
+        } else if (g.is("outofplace")) {
             o.out_of_place = true;
             o.in_place = false;
-        }
-        else if (name == "json") o.json_path = std::string(value);
-        else if (name == "csv") o.csv_path = std::string(value);
-        else if (name == "quick") {
-        } else if (name == "help") {
-            print_usage(stdout, argv[0]);
-            std::exit(0);
-        }
+        } else if (g.is("json")) o.json_path = std::string(v);
+        else if (g.is("csv")) o.csv_path = std::string(v);
+        else if (!g.is("quick")) chorus_cli::unhandled(g);
     }
 
     if (o.min_bytes == 0) throw usage_error{"--minbytes must be at least 1"};
     if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
     if (o.root >= o.ranks)
         throw usage_error{cat("--root ", std::to_string(o.root), " is not a rank of ", std::to_string(o.ranks))};
-    if (o.algos.empty()) throw usage_error{"--algo: empty list"};
-    for (const std::string& a : o.algos) {
-        chorus::policy unused;
-        if (!policy_for(a, o, unused))
-            throw usage_error{cat("--algo: unknown algorithm '", a, "' (available: ", policy_names(), ", all)")};
-    }
     const bool only_ring = o.algos == std::vector<std::string>{"ring"};
     if (!only_ring && !(ring_choice{o.channels, o.chunk_bytes} == ring_default))
         throw usage_error{"--channels and --chunk-bytes tune ring only: use them with --algo ring"};
     // Any tuning runs (a policy is a value): only what ring<> itself refuses is refused.
-    if (o.channels < 1 || o.channels > chorus::max_channels)
-        throw usage_error{cat("--channels must be 1..", std::to_string(chorus::max_channels), ", got ",
-                              std::to_string(o.channels))};
     if (o.chunk_bytes < 16)
         throw usage_error{cat("--chunk-bytes must be at least 16, got ", std::to_string(o.chunk_bytes))};
     return o;

@@ -50,7 +50,7 @@
 
 #include <chorus/gpu.hpp>
 
-#include "bench.hpp" // shared with chorus_bench: coll_kind and its helpers, sweep_options, parse_*, ...
+#include "bench.hpp" // shared with chorus_bench: sweep_options, human_bytes, ... (and cli.hpp: the command line)
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -92,90 +92,61 @@ using chorus_bench::to_collective;
 enum class type_kind { float32, bf16 };
 constexpr const char* type_name(type_kind t) { return t == type_kind::float32 ? "float" : "bf16"; }
 
-enum class algo_kind {
-    ring,
-    direct,
-    hierarchical,
-    tree,
-    recursive_doubling,
-    rabenseifner,
-    two_shot,
-    automatic,
-    deterministic
-};
-constexpr algo_kind all_algo_kinds[] = {algo_kind::ring,          algo_kind::direct,   algo_kind::hierarchical,
-                                        algo_kind::tree,          algo_kind::recursive_doubling,
-                                        algo_kind::rabenseifner,  algo_kind::two_shot, algo_kind::automatic,
-                                        algo_kind::deterministic};
-constexpr const char* algo_name(algo_kind a) {
-    switch (a) {
-    case algo_kind::ring: return "ring";
-    case algo_kind::direct: return "direct";
-    case algo_kind::hierarchical: return "hierarchical";
-    case algo_kind::tree: return "tree";
-    case algo_kind::recursive_doubling: return "recursive_doubling";
-    case algo_kind::rabenseifner: return "rabenseifner";
-    case algo_kind::two_shot: return "two_shot";
-    case algo_kind::automatic: return "automatic";
-    case algo_kind::deterministic: return "deterministic";
-    }
-    return "?";
-}
-//! automatic chooses its algorithms with their default tunings: --channels
-//! and --chunk do not apply (one table per collective and type).
-constexpr bool takes_tuning(algo_kind a) { return a != algo_kind::automatic; }
+constexpr type_kind all_types[] = {type_kind::float32, type_kind::bf16};
 
-//! The policy `--algo a` names with tuning `t` (see the file comment).
-constexpr chorus::policy policy_for(algo_kind a, chorus::tuning t) {
-    using chorus::algorithm;
-    using chorus::policy;
-    switch (a) {
-    case algo_kind::ring: return policy::fixed(algorithm::ring, t);
-    case algo_kind::direct: return policy::fixed(algorithm::direct, t);
-    case algo_kind::hierarchical: return policy::hierarchical(algorithm::ring, t, algorithm::ring, t);
-    case algo_kind::tree: return policy::fixed(algorithm::tree, t);
-    case algo_kind::recursive_doubling: return policy::fixed(algorithm::recursive_doubling, t);
-    case algo_kind::rabenseifner: return policy::fixed(algorithm::rabenseifner, t);
-    case algo_kind::two_shot: return policy::fixed(algorithm::two_shot, t);
-    case algo_kind::automatic: return policy::automatic();
-    case algo_kind::deterministic: return policy::fixed(algorithm::ring, t).deterministic_of();
-    }
-    return policy::automatic();
+//! --algo takes the policies by name (chorus::policy_names, in that order
+//! for "all"); automatic chooses its algorithms with their default
+//! tunings: --channels and --chunk do not apply (one table per collective
+//! and type).
+constexpr bool takes_tuning(std::string_view algo) { return algo != "automatic"; }
+
+//! The policy `--algo algo` names with tuning `t` (see the file comment):
+//! an algorithm's policy with `t`, automatic as it is, deterministic as
+//! deterministic<ring<t>>.
+constexpr chorus::policy policy_for(std::string_view algo, chorus::tuning t) {
+    chorus::policy p;
+    if (!chorus::policy_from_name(algo, p)) return chorus::policy::automatic(); // parse_args() checked the name
+    if (p.deterministic) return chorus::policy::fixed(chorus::algorithm::ring, t).deterministic_of();
+    return p.choose ? p : chorus::policy::fixed(p.algo, t);
 }
 // The names mean what the policy types say.
-static_assert(policy_for(algo_kind::ring, {8, 256 << 10}) ==
-              chorus::policy_of<chorus::ring<chorus::ring_params{8, 256 << 10}>>);
-static_assert(policy_for(algo_kind::hierarchical, {16, 1 << 20}) ==
+static_assert(policy_for("ring", {8, 256 << 10}) == chorus::policy_of<chorus::ring<chorus::ring_params{8, 256 << 10}>>);
+static_assert(policy_for("hierarchical", {16, 1 << 20}) ==
               chorus::policy_of<chorus::hierarchical<chorus::ring<chorus::ring_params{16, 1 << 20}>,
                                                      chorus::ring<chorus::ring_params{16, 1 << 20}>>>);
-static_assert(policy_for(algo_kind::two_shot, {4, 64 << 10}) ==
+static_assert(policy_for("two_shot", {4, 64 << 10}) ==
               chorus::policy_of<chorus::two_shot<chorus::recursive_params{4, 64 << 10}>>);
-static_assert(policy_for(algo_kind::deterministic, {2, 64 << 10}) ==
+static_assert(policy_for("deterministic", {2, 64 << 10}) ==
               chorus::policy_of<chorus::deterministic<chorus::ring<chorus::ring_params{2, 64 << 10}>>>);
-static_assert(policy_for(algo_kind::automatic, {8, 1 << 20}) == chorus::policy_of<chorus::automatic>);
+static_assert(policy_for("automatic", {8, 1 << 20}) == chorus::policy_of<chorus::automatic>);
 
-//! Why algorithm `a` has no table of its own for collective `c` (it runs
+//! Why policy `algo` has no table of its own for collective `c` (it runs
 //! another policy's schedule there), or nullptr.
-constexpr const char* not_measured(algo_kind a, coll_kind c) {
+constexpr const char* not_measured(std::string_view algo, coll_kind c) {
     if (c == coll_kind::all_reduce) return nullptr;
-    switch (a) {
-    case algo_kind::hierarchical:
+    if (algo == "hierarchical")
         return "hierarchical<> runs its Intra policy, ring<>, for every collective but all_reduce; see --algo ring";
-    case algo_kind::recursive_doubling:
-    case algo_kind::rabenseifner:
-    case algo_kind::two_shot:
+    if (algo == "recursive_doubling" || algo == "rabenseifner" || algo == "two_shot")
         return "it runs direct<>'s schedule for every collective but all_reduce; see --algo direct";
-    case algo_kind::tree:
+    if (algo == "tree")
         return c == coll_kind::all_gather || c == coll_kind::reduce_scatter
                    ? "tree<> runs ring<>'s schedule for all_gather and reduce_scatter; see --algo ring"
                    : nullptr;
-    case algo_kind::deterministic:
+    if (algo == "deterministic")
         return c == coll_kind::all_gather || c == coll_kind::broadcast
                    ? "deterministic<ring<>> runs ring<>'s schedule for all_gather and broadcast; see --algo ring"
                    : "deterministic<> runs direct<>'s schedule for reduce_scatter and reduce; see --algo direct";
-    default: return nullptr;
-    }
+    return nullptr;
 }
+
+//! What --algo's --help says after the policies: policy_for and not_measured in words.
+constexpr std::string_view algo_note =
+    "each with every tuning P of --channels x --chunk but automatic, which chooses with default tunings (one "
+    "table per collective); hierarchical = hierarchical<ring<P>, ring<P>>, all_reduce only (other collectives "
+    "run ring<P>'s schedule); deterministic = deterministic<ring<P>>, all_reduce only (direct<P>'s or ring<P>'s "
+    "schedule elsewhere); recursive_doubling, rabenseifner and two_shot all_reduce only, tree all_reduce, "
+    "broadcast and reduce (elsewhere they run direct<P>'s or ring<P>'s schedule); automatic every collective; "
+    "automatic and deterministic tables have a column naming the algorithm that ran for each row";
 
 // ---------------------------------------------------------------------------
 // Options
@@ -188,8 +159,7 @@ struct options : chorus_bench::sweep_options {
     int root = 0;
     int ranks_per_node = 0; // 0: n/2 for hierarchical (two emulated nodes), else CHORUS_RANKS_PER_NODE
     int timeout_ms = 20000;
-    std::vector<coll_kind> colls{std::begin(all_colls), std::end(all_colls)};
-    std::vector<algo_kind> algos{algo_kind::ring};
+    std::vector<std::string> algos{"ring"}; //!< policy names (chorus::policy_names)
     std::vector<int> channels{8};
     std::vector<std::size_t> chunks{std::size_t(256) << 10};
     std::vector<type_kind> types{type_kind::float32};
@@ -197,152 +167,87 @@ struct options : chorus_bench::sweep_options {
     std::string command_line;
 };
 
-using chorus_bench::parse_bytes;
-using chorus_bench::parse_int;
-using chorus_bench::split_list;
-using chorus_bench::usage_error;
+using chorus_cli::usage_error;
 
 //! "64MiB": chorus_bench's human_bytes without the space.
 std::string human_bytes(std::size_t b) { return chorus_bench::human_bytes(b, ""); }
 
+//! -b -e -f -n -w and --collectives, with chorus_bench_gpu's defaults (no --reps: one timed graph launch).
+const chorus_cli::sweep_rows sweep_table(options(), false);
+
+//! The options, in the order --help lists them.
+std::span<const chorus_cli::option> option_table() {
+    static const std::string algo_help = chorus_cli::policies_help(nullptr, "ring", algo_note);
+    static const std::vector<chorus_cli::option> table = sweep_table.then({
+        {"ranks", 0, "N", "virtual ranks on device 0 (default 8, at most 64)"},
+        {"devices", 0, {}, "one rank per visible device instead of --ranks"},
+        {"check", 'c', "0|1", "verify one call per size, count #wrong (default 1)"},
+        {"graph", 'G', "0|1", "time calls captured in CUDA graphs (1, default) or eager launches (0)"},
+        {"type", 'd', "LIST", "float,bf16 (default float); reductions use sum"},
+        {"datatype", 0, "LIST"}, // chorus_bench's spelling of --type
+        {"root", 'r', "N", "root of broadcast and reduce (default 0)"},
+        {"algo", 'a', "LIST", algo_help},
+        {"channels", 0, "LIST", "channels (thread blocks of 512 threads per rank), each 1..32 (default 8)"},
+        {"chunk", 0, "LIST", "chunk_bytes, each at least 16; suffixes K M G (default 256K)"},
+        {"chunk-bytes", 0, "LIST"}, // chorus_bench's spelling of --chunk
+        {"ranks-per-node", 0, "N", "node size for hierarchical (default: ranks/2 when that splits the ranks "
+                                   "into two nodes, else CHORUS_RANKS_PER_NODE)"},
+        {"timeout-ms", 0, "N", "chorus wait deadline per collective (default 20000)"},
+        {"csv", 0, "FILE", "also write every row as CSV"},
+        {"help", 'h', {}, "this text"},
+    });
+    return table;
+}
+
 void print_usage(std::FILE* to, const char* argv0) {
-    std::fprintf(to,
-                 "usage: %s [options]\n"
-                 "  -b, --minbytes SIZE        smallest message, bytes; suffixes K M G (default 8)\n"
-                 "  -e, --maxbytes SIZE        largest message (default 64M)\n"
-                 "  -f, --stepfactor N         multiply the size by N (>= 2) each row (default 2)\n"
-                 "  -n, --iters N              timed calls per size (default 20)\n"
-                 "  -w, --warmup N             untimed eager calls per size (default 5)\n"
-                 "  -c, --check 0|1            verify one call per size, count #wrong (default 1)\n"
-                 "  -G, --graph 0|1            time calls captured in CUDA graphs (1, default) or eager launches (0)\n"
-                 "  -d, --type LIST            float,bf16 (default float); reductions use sum\n"
-                 "      --ranks N              virtual ranks on device 0 (default 8, at most 64)\n"
-                 "      --devices              one rank per visible device instead of --ranks\n"
-                 "  -r, --root N               root of broadcast and reduce (default 0)\n"
-                 "      --collectives LIST     all_reduce,all_gather,reduce_scatter,broadcast,reduce or all (default all)\n"
-                 "  -a, --algo LIST            ring,direct,hierarchical,tree,recursive_doubling,rabenseifner,\n"
-                 "                             two_shot,automatic,deterministic or all (default ring); each with\n"
-                 "                             every tuning P of --channels x --chunk but automatic, which chooses\n"
-                 "                             with default tunings (one table per collective);\n"
-                 "                             hierarchical = hierarchical<ring<P>, ring<P>>, all_reduce only (other\n"
-                 "                             collectives run ring<P>'s schedule); deterministic =\n"
-                 "                             deterministic<ring<P>>, all_reduce only (direct<P>'s or ring<P>'s\n"
-                 "                             schedule elsewhere); recursive_doubling, rabenseifner and two_shot\n"
-                 "                             all_reduce only, tree all_reduce, broadcast and reduce (elsewhere\n"
-                 "                             they run direct<P>'s or ring<P>'s schedule); automatic every\n"
-                 "                             collective; automatic and deterministic tables have a column naming\n"
-                 "                             the algorithm that ran for each row\n"
-                 "      --channels LIST        channels (thread blocks of 512 threads per rank), each 1..32\n"
-                 "                             (default 8)\n"
-                 "      --chunk LIST           chunk_bytes, each at least 16; suffixes K M G (default 256K)\n"
-                 "      --ranks-per-node N     node size for hierarchical (default: ranks/2 when that splits the\n"
-                 "                             ranks into two nodes, else CHORUS_RANKS_PER_NODE)\n"
-                 "      --timeout-ms N         chorus wait deadline per collective (default 20000)\n"
-                 "      --csv FILE             also write every row as CSV\n"
-                 "  -h, --help                 this text\n"
-                 "Lists are comma separated; every combination of algo x channels x chunk x type x collective\n"
-                 "runs as its own table. Exit: 0 ok, 1 wrong results or error, 2 usage, 77 no CUDA device.\n",
-                 argv0);
+    chorus_cli::print_help(to, chorus_bench::cat("usage: ", argv0, " [options]"), option_table(),
+                           "Lists are comma separated; every combination of algo x channels x chunk x type x\n"
+                           "collective runs as its own table.\n"
+                           "Exit: 0 ok, 1 wrong results or error, 2 usage, 77 no CUDA device.\n");
 }
 
 options parse_args(int argc, char** argv) {
+    using chorus_cli::parse_bytes;
+    using chorus_cli::parse_int;
+    using chorus_cli::split_list;
     options o;
-    for (int i = 0; i < argc; ++i) {
-        if (i) o.command_line += ' ';
-        o.command_line += argv[i];
+    o.command_line = chorus_cli::join_args({argv, std::size_t(argc)});
+    const chorus_cli::parsed_line line = chorus_cli::parse(argc, argv, option_table());
+    if (line.help) {
+        print_usage(stdout, argv[0]);
+        std::exit(0);
     }
-    for (int i = 1; i < argc; ++i) {
-        std::string_view arg = argv[i];
-        std::string_view value;
-        bool has_value = false;
-        if (arg.starts_with("--")) {
-            const std::size_t eq = arg.find('=');
-            if (eq != std::string_view::npos) {
-                value = arg.substr(eq + 1);
-                arg = arg.substr(0, eq);
-                has_value = true;
-            }
-        }
-        auto need = [&]() -> std::string_view {
-            if (has_value) return value;
-            if (i + 1 >= argc) throw usage_error{std::string(arg) + " needs a value"};
-            return std::string_view(argv[++i]);
-        };
-        auto is = [&](std::string_view s, std::string_view l) { return (!s.empty() && arg == s) || arg == l; };
-        if (is("-h", "--help")) {
-            print_usage(stdout, argv[0]);
-            std::exit(0);
-        } else if (is("-b", "--minbytes")) o.min_bytes = parse_bytes(need(), arg);
-        else if (is("-e", "--maxbytes")) o.max_bytes = parse_bytes(need(), arg);
-        else if (is("-f", "--stepfactor")) o.step_factor = std::size_t(parse_int(need(), arg, 2, 1 << 20));
-        else if (is("-n", "--iters")) o.iters = int(parse_int(need(), arg, 1, 1000000));
-        else if (is("-w", "--warmup")) o.warmup = int(parse_int(need(), arg, 0, 1000000));
-        else if (is("-c", "--check")) o.check = parse_int(need(), arg, 0, 1) != 0;
-        else if (is("-G", "--graph")) o.graph = parse_int(need(), arg, 0, 1) != 0;
-        else if (is("", "--ranks")) o.ranks = int(parse_int(need(), arg, 1, chorus::detail::max_lane_ranks));
-        else if (is("", "--devices")) o.per_device = true;
-        else if (is("-r", "--root")) o.root = int(parse_int(need(), arg, 0, chorus::detail::max_lane_ranks - 1));
-        else if (is("", "--ranks-per-node")) o.ranks_per_node = int(parse_int(need(), arg, 1, chorus::detail::max_lane_ranks));
-        else if (is("", "--timeout-ms")) o.timeout_ms = int(parse_int(need(), arg, 1, 3600000));
-        else if (is("", "--csv")) o.csv_path = std::string(need());
-        else if (is("-d", "--type") || arg == "--datatype") {
-            o.types.clear();
-            for (auto t : split_list(need())) {
-                if (t == "float" || t == "float32") o.types.push_back(type_kind::float32);
-                else if (t == "bf16" || t == "bfloat16") o.types.push_back(type_kind::bf16);
-                else throw usage_error{std::string(arg) + ": unknown type '" + std::string(t) + "' (float, bf16)"};
-            }
-        } else if (is("", "--collectives")) {
-            o.colls.clear();
-            for (auto c : split_list(need())) {
-                if (c == "all") {
-                    o.colls.assign(std::begin(all_colls), std::end(all_colls));
-                    continue;
-                }
-                bool found = false;
-                for (coll_kind k : all_colls)
-                    if (c == coll_name(k)) {
-                        o.colls.push_back(k);
-                        found = true;
-                    }
-                if (!found) throw usage_error{std::string(arg) + ": unknown collective '" + std::string(c) + "'"};
-            }
-        } else if (is("-a", "--algo")) {
-            o.algos.clear();
-            for (auto a : split_list(need())) {
-                if (a == "all") {
-                    o.algos.assign(std::begin(all_algo_kinds), std::end(all_algo_kinds));
-                    continue;
-                }
-                bool found = false;
-                for (algo_kind k : all_algo_kinds)
-                    if (a == algo_name(k)) {
-                        o.algos.push_back(k);
-                        found = true;
-                    }
-                if (!found)
-                    throw usage_error{std::string(arg) + ": unknown algorithm '" + std::string(a) +
-                                      "' (ring, direct, hierarchical, tree, recursive_doubling, rabenseifner, "
-                                      "two_shot, automatic, deterministic, all)"};
-            }
-        } else if (is("", "--channels")) {
+    constexpr int most_ranks = chorus::detail::max_lane_ranks;
+    for (const chorus_cli::given_option& g : line.given) {
+        const std::string_view v = g.value;
+        const std::string& flag = g.flag;
+        if (sweep_table.read(g, o)) continue;
+        if (g.is("check")) o.check = parse_int(v, flag, 0, 1) != 0;
+        else if (g.is("graph")) o.graph = parse_int(v, flag, 0, 1) != 0;
+        else if (g.is("ranks")) o.ranks = int(parse_int(v, flag, 1, most_ranks));
+        else if (g.is("devices")) o.per_device = true;
+        else if (g.is("root")) o.root = int(parse_int(v, flag, 0, most_ranks - 1));
+        else if (g.is("ranks-per-node")) o.ranks_per_node = int(parse_int(v, flag, 1, most_ranks));
+        else if (g.is("timeout-ms")) o.timeout_ms = int(parse_int(v, flag, 1, 3600000));
+        else if (g.is("csv")) o.csv_path = std::string(v);
+        else if (g.is("type") || g.is("datatype"))
+            o.types = chorus_cli::parse_names(v, flag, "type", all_types, type_name,
+                                              {{"float32", type_kind::float32}, {"bfloat16", type_kind::bf16}});
+        else if (g.is("algo")) o.algos = chorus_cli::parse_policies(v, flag);
+        else if (g.is("channels")) {
             o.channels.clear();
-            for (auto c : split_list(need())) o.channels.push_back(int(parse_int(c, arg, 1, chorus::max_channels)));
-        } else if (is("", "--chunk") || arg == "--chunk-bytes") {
+            for (auto c : split_list(v)) o.channels.push_back(int(parse_int(c, flag, 1, chorus::max_channels)));
+        } else if (g.is("chunk") || g.is("chunk-bytes")) {
             o.chunks.clear();
-            for (auto c : split_list(need())) {
-                const std::size_t v = parse_bytes(c, arg);
-                if (v < 16) throw usage_error{std::string(arg) + ": " + std::string(c) + " is below 16 bytes"};
-                o.chunks.push_back(v);
+            for (auto c : split_list(v)) {
+                const std::size_t bytes = parse_bytes(c, flag);
+                if (bytes < 16) throw usage_error{chorus_bench::cat(flag, ": ", c, " is below 16 bytes")};
+                o.chunks.push_back(bytes);
             }
-        } else {
-            throw usage_error{"unknown option '" + std::string(arg) + "' (see --help)"};
-        }
+        } else chorus_cli::unhandled(g);
     }
     if (o.min_bytes == 0) o.min_bytes = 1;
     if (o.max_bytes < o.min_bytes) throw usage_error{"-e/--maxbytes is smaller than -b/--minbytes"};
-    if (o.colls.empty() || o.algos.empty() || o.channels.empty() || o.chunks.empty() || o.types.empty())
-        throw usage_error{"an empty list"};
     return o;
 }
 
@@ -795,19 +700,16 @@ long long resident_blocks(coll_kind c, int dev) {
     return (long long)per_sm * sms;
 }
 
-std::string algo_label(algo_kind a, const chorus::policy& pol, int node_size) {
+std::string algo_label(const std::string& a, const chorus::policy& pol, int node_size) {
     const std::string p = "<channels=" + std::to_string(pol.tune.channels) + ",chunk=" +
                           human_bytes(std::size_t(pol.tune.chunk_bytes)) + ">";
-    switch (a) {
-    case algo_kind::hierarchical:
+    if (a == "hierarchical")
         return "hierarchical<ring" + p + ",ring" + p + ">(ranks_per_node=" + std::to_string(node_size) + ")";
-    case algo_kind::automatic:
+    if (a == "automatic")
         return "automatic(default tunings; column 'chosen': its pick per row" +
                (node_size ? ", ranks_per_node=" + std::to_string(node_size) : std::string()) + ")";
-    case algo_kind::deterministic:
-        return "deterministic<ring" + p + ">(column 'chosen': the schedule per row)";
-    default: return algo_name(a) + p;
-    }
+    if (a == "deterministic") return "deterministic<ring" + p + ">(column 'chosen': the schedule per row)";
+    return a + p;
 }
 
 void print_table_header(const std::string& title, bool chosen) {
@@ -819,14 +721,14 @@ void print_table_header(const std::string& title, bool chosen) {
     std::fflush(stdout);
 }
 
-//! Every size of one collective for one policy (algorithm `ak`) and element type.
+//! Every size of one collective for one policy (named `ak`) and element type.
 template <class T>
-void run_table(bench& B, algo_kind ak, const chorus::policy& pol, type_kind tk, coll_kind c) {
+void run_table(bench& B, const std::string& ak, const chorus::policy& pol, type_kind tk, coll_kind c) {
     const int n = B.n();
     const int root = coll_uses_root(c) ? B.opt.root : -1;
     const int call_root = root < 0 ? 0 : root;
     const std::string algo = algo_label(ak, pol, B.node_size);
-    const bool chooses = ak == algo_kind::automatic || ak == algo_kind::deterministic; // a 'chosen' column
+    const bool chooses = ak == "automatic" || ak == "deterministic"; // a 'chosen' column
     table_summary sum;
     sum.label = std::string(coll_name(c)) + " " + type_name(tk) + " " + algo + " ranks=" + std::to_string(n) +
                 " devices=" + std::to_string(B.distinct_devices.size());
@@ -878,11 +780,9 @@ void run_table(bench& B, algo_kind ak, const chorus::policy& pol, type_kind tk, 
         row.busbw = row.algbw * bus_factor(c, n);
         row.moved_bytes = schedule_traffic(pol, c, n, call_root, count, sizeof(T), B.node_size, B.ctx());
         const std::string chosen =
-            ak == algo_kind::automatic
-                ? automatic_choice(c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
-            : ak == algo_kind::deterministic
-                ? deterministic_choice(pol, c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
-                : std::string(algo_name(ak));
+            ak == "automatic"       ? automatic_choice(c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
+            : ak == "deterministic" ? deterministic_choice(pol, c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
+                                    : ak;
         row.moved_gbps = row.moved_bytes / (row.time_us * 1e-6) / 1e9;
         row.copy_ratio = B.copy_gbps > 0 ? row.moved_gbps / B.copy_gbps : 0;
 
@@ -894,7 +794,7 @@ void run_table(bench& B, algo_kind ak, const chorus::policy& pol, type_kind tk, 
             std::fprintf(B.csv,
                          "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64
                          ",%s\n",
-                         coll_name(c), type_name(tk), algo_name(ak), pol.tune.channels,
+                         coll_name(c), type_name(tk), ak.c_str(), pol.tune.channels,
                          std::size_t(pol.tune.chunk_bytes), n, B.distinct_devices.size(), B.node_size,
                          int(B.opt.graph), B.opt.iters, B.opt.warmup, row.bytes, row.count, row.time_us, row.algbw,
                          row.busbw, row.moved_bytes, row.moved_gbps, B.copy_gbps, row.copy_ratio, row.wrong,
@@ -993,7 +893,7 @@ int run(bench& B) {
         return 2;
     }
     // The node size make_communicators will use (it falls back to CHORUS_RANKS_PER_NODE).
-    const bool wants_hier = std::find(o.algos.begin(), o.algos.end(), algo_kind::hierarchical) != o.algos.end();
+    const bool wants_hier = std::find(o.algos.begin(), o.algos.end(), "hierarchical") != o.algos.end();
     B.node_size = o.ranks_per_node;
     if (B.node_size == 0 && wants_hier && n >= 4 && n % 2 == 0) B.node_size = n / 2;
     if (B.node_size == 0)
@@ -1010,7 +910,7 @@ int run(bench& B) {
     const std::size_t default_scratch = chorus::gpu::options{}.scratch_bytes;
     const plan_ctx sizing{&B.topo, default_scratch};
     std::size_t scratch = 0;
-    for (algo_kind a : o.algos)
+    for (const std::string& a : o.algos)
         for (int ch : o.channels)
             for (std::size_t chunk : o.chunks)
                 for (type_kind t : o.types) {
@@ -1028,7 +928,7 @@ int run(bench& B) {
     scratch = std::max<std::size_t>(scratch, 4096);
     // automatic plans against the scratch the communicators have: give it at
     // least the default, so that it picks what it would for a default user.
-    if (std::find(o.algos.begin(), o.algos.end(), algo_kind::automatic) != o.algos.end())
+    if (std::find(o.algos.begin(), o.algos.end(), "automatic") != o.algos.end())
         scratch = std::max(scratch, default_scratch);
     B.scratch = scratch;
 
@@ -1120,7 +1020,7 @@ int run(bench& B) {
 
     int status = 0;
     try {
-        for (algo_kind a : o.algos)
+        for (const std::string& a : o.algos)
             for (int ch : o.channels)
                 for (std::size_t chunk : o.chunks)
                     for (type_kind t : o.types)
@@ -1129,7 +1029,7 @@ int run(bench& B) {
                             if (!takes_tuning(a) && (ch != o.channels.front() || chunk != o.chunks.front())) continue;
                             if (const char* why = not_measured(a, c)) {
                                 std::printf("#\n# %s %s %s: not measured (%s)\n", coll_name(c), type_name(t),
-                                            algo_name(a), why);
+                                            a.c_str(), why);
                                 continue;
                             }
                             const chorus::policy pol = policy_for(a, {ch, chunk});

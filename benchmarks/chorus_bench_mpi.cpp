@@ -29,6 +29,8 @@
 
 #include <chorus/mpi.hpp>
 
+#include "cli.hpp"
+
 #include <malloc.h>
 
 #include <algorithm>
@@ -45,25 +47,15 @@
 
 namespace {
 
-enum class coll_kind { all_reduce, all_gather, reduce_scatter };
+using chorus_cli::cat;
+using chorus_cli::coll_kind;
+using chorus_cli::coll_name;
+using chorus_cli::to_collective;
+using chorus_cli::usage_error;
 
-const char* coll_name(coll_kind c) {
-    switch (c) {
-    case coll_kind::all_reduce: return "all_reduce";
-    case coll_kind::all_gather: return "all_gather";
-    case coll_kind::reduce_scatter: return "reduce_scatter";
-    }
-    return "?";
-}
-
-chorus::collective to_collective(coll_kind c) {
-    switch (c) {
-    case coll_kind::all_reduce: return chorus::collective::all_reduce;
-    case coll_kind::all_gather: return chorus::collective::all_gather;
-    case coll_kind::reduce_scatter: return chorus::collective::reduce_scatter;
-    }
-    return chorus::collective::all_reduce;
-}
+//! The collectives measured here: the ones MPI has a direct counterpart of
+//! with the same buffers (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block).
+constexpr coll_kind mpi_colls[] = {coll_kind::all_reduce, coll_kind::all_gather, coll_kind::reduce_scatter};
 
 struct bufs {
     std::vector<float> in, out;
@@ -71,15 +63,12 @@ struct bufs {
 
 using comm_type = chorus::communicator<chorus::mpi>;
 
-//! The policies --algo knows: chorus::policy_names but deterministic, in
-//! that order for --algo all, each with its default tuning (the values the
-//! policy types describe). All of them run every collective measured here
-//! on communicator<mpi> (ring<> and hierarchical<> on its engine, the
-//! others as schedules).
-bool known_algo(std::string_view name) {
-    chorus::policy p;
-    return name != "deterministic" && chorus::policy_from_name(name, p);
-}
+//! The policies --algo knows (chorus_cli::parse_policies): chorus::policy_names
+//! but deterministic, in that order for --algo all, each with its default
+//! tuning (the values the policy types describe). All of them run every
+//! collective measured here on communicator<mpi> (ring<> and hierarchical<>
+//! on its engine, the others as schedules).
+bool known_algo(std::string_view name) { return name != "deterministic"; }
 
 //! The policy --algo calls `name` (parse() checked that it is known).
 chorus::policy policy_named(std::string_view name) {
@@ -100,136 +89,63 @@ void chorus_call(comm_type& comm, const chorus::policy& pol, coll_kind coll, buf
     case coll_kind::reduce_scatter:
         chorus::detail::reduce_scatter_run(comm, pol, in, out, chorus::sum{}, false);
         break;
+    default: break; // not in mpi_colls
     }
 }
 
-struct options {
-    std::size_t min_bytes = 8, max_bytes = std::size_t(64) << 20, factor = 4;
-    int iters = 20, warmup = 5;
-    int reps = 1;            //!< timed loops per measurement; the fastest counts
-    bool reps_given = false; //!< --reps was given (the interleaved comparison defaults to 3)
-    std::vector<coll_kind> colls{coll_kind::all_reduce, coll_kind::all_gather, coll_kind::reduce_scatter};
+struct options : chorus_cli::sweep_options {
+    //! Every collective here; -f 4: fewer rows, each timing MPI and every policy.
+    options() {
+        colls.assign(std::begin(mpi_colls), std::end(mpi_colls));
+        step_factor = 4;
+    }
     std::vector<std::string> algos{"hierarchical", "ring"};
     bool keep_malloc = false;
 };
 
-std::size_t parse_size(const char* s) {
-    char* end = nullptr;
-    double v = std::strtod(s, &end);
-    switch (end && *end ? *end : ' ') {
-    case 'K': case 'k': v *= 1024; break;
-    case 'M': case 'm': v *= 1024 * 1024; break;
-    case 'G': case 'g': v *= 1024.0 * 1024 * 1024; break;
-    default: break;
-    }
-    return static_cast<std::size_t>(v);
-}
+//! What chorus_bench_mpi sweeps: -b -e -f -n -w --reps, and --collectives of mpi_colls.
+const chorus_cli::sweep_rows sweep_table(options(), true, mpi_colls);
 
-std::vector<std::string> parse_list(const char* s) {
-    std::vector<std::string> out;
-    std::string cur;
-    for (; *s; ++s) {
-        if (*s == ',') {
-            if (!cur.empty()) out.push_back(cur);
-            cur.clear();
-        } else {
-            cur += *s;
-        }
-    }
-    if (!cur.empty()) out.push_back(cur);
-    return out;
+//! The command line; --help is printed from it.
+std::span<const chorus_cli::option> option_table() {
+    static const std::string algo_help = chorus_cli::policies_help(
+        known_algo, "hierarchical,ring",
+        "chorus policies, each a row per size; every one runs every collective here. With automatic and a fixed "
+        "policy, each collective is followed by an interleaved comparison (every listed policy and MPI's own "
+        "collective in turn per size and repetition, fastest of --reps) of automatic against the best fixed "
+        "policy and MPI");
+    static const std::vector<chorus_cli::option> table = sweep_table.then({
+        {"algo", 0, "LIST", algo_help},
+        {"keep-malloc", 0, {}, "leave glibc's malloc as it is (default: no mmap, no trim)"},
+        {"help", 'h', {}, "this text"},
+    });
+    return table;
 }
 
 void print_usage(std::FILE* to) {
-    std::fprintf(to,
-                 "usage: mpiexec -n N chorus_bench_mpi [options]\n"
-                 "  -b MIN                smallest size, bytes per rank; suffixes K M G (default 8)\n"
-                 "  -e MAX                largest size (default 64M)\n"
-                 "  -f FACTOR             multiply the size by FACTOR each row (default 4)\n"
-                 "  -n ITERS              timed calls per measurement (default 20)\n"
-                 "  -w WARMUP             untimed calls before timing (default 5)\n"
-                 "  --reps R              time R loops of ITERS calls, keep the fastest (default 1;\n"
-                 "                        3 in the interleaved automatic comparison)\n"
-                 "  --collectives LIST    all_reduce,all_gather,reduce_scatter or all (default all)\n"
-                 "  --algo LIST           chorus policies, each a row per size: hierarchical, ring, direct,\n"
-                 "                        tree, recursive_doubling, rabenseifner, two_shot, automatic, or all\n"
-                 "                        (default hierarchical,ring); every one runs every collective here.\n"
-                 "                        With automatic and a fixed policy, each collective is followed by\n"
-                 "                        an interleaved comparison (every listed policy and MPI's own\n"
-                 "                        collective in turn per size and repetition, fastest of --reps)\n"
-                 "                        of automatic against the best fixed policy and MPI\n"
-                 "  --keep-malloc         leave glibc's malloc as it is (default: no mmap, no trim)\n"
-                 "  -h, --help            this text\n");
+    chorus_cli::print_help(to, "usage: mpiexec -n N chorus_bench_mpi [options]", option_table());
 }
 
-[[noreturn]] void usage(int rank, const char* why) {
+[[noreturn]] void usage(int rank, const std::string& why) {
     if (rank == 0) {
-        std::fprintf(stderr, "chorus_bench_mpi: %s\n", why);
+        std::fprintf(stderr, "chorus_bench_mpi: %s\n", why.c_str());
         print_usage(stderr);
     }
     MPI_Finalize();
     std::exit(2);
 }
 
-options parse(int argc, char** argv, int rank) {
+options parse(const chorus_cli::parsed_line& line) {
     options o;
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        auto next = [&]() -> const char* {
-            if (i + 1 >= argc) usage(rank, ("missing value after " + a).c_str());
-            return argv[++i];
-        };
-        if (a == "-h" || a == "--help") {
-            if (rank == 0) print_usage(stdout);
-            MPI_Finalize();
-            std::exit(0);
-        }
-        else if (a == "-b") o.min_bytes = parse_size(next());
-        else if (a == "-e") o.max_bytes = parse_size(next());
-        else if (a == "-f") o.factor = parse_size(next());
-        else if (a == "-n") o.iters = std::atoi(next());
-        else if (a == "-w") o.warmup = std::atoi(next());
-        else if (a == "--reps") {
-            o.reps = std::atoi(next());
-            o.reps_given = true;
-        }
-        else if (a == "--collectives") {
-            const std::string v = next();
-            o.colls.clear();
-            for (const std::string& c : v == "all" ? std::vector<std::string>{"all_reduce", "all_gather", "reduce_scatter"}
-                                                   : parse_list(v.c_str())) {
-                if (c == "all_reduce") o.colls.push_back(coll_kind::all_reduce);
-                else if (c == "all_gather") o.colls.push_back(coll_kind::all_gather);
-                else if (c == "reduce_scatter") o.colls.push_back(coll_kind::reduce_scatter);
-                else usage(rank, ("unknown collective " + c).c_str());
-            }
-        }
-        else if (a == "--algo") {
-            const std::string v = next();
-            o.algos.clear();
-            if (v == "all") {
-                for (const char* name : chorus::policy_names)
-                    if (known_algo(name)) o.algos.emplace_back(name);
-            }
-            else {
-                o.algos = parse_list(v.c_str());
-            }
-        }
-        else if (a == "--keep-malloc") o.keep_malloc = true;
-        else usage(rank, ("unknown option " + a).c_str());
+    for (const chorus_cli::given_option& g : line.given) {
+        if (sweep_table.read(g, o)) continue;
+        if (g.is("algo")) o.algos = chorus_cli::parse_policies(g.value, g.flag, known_algo);
+        else if (g.is("keep-malloc")) o.keep_malloc = true;
+        else chorus_cli::unhandled(g);
     }
-    if (o.min_bytes < 4 || o.max_bytes < o.min_bytes || o.factor < 2 || o.iters < 1 || o.warmup < 0 || o.reps < 1)
-        usage(rank, "bad sizes or counts");
-    if (o.colls.empty()) usage(rank, "--collectives: empty list");
-    if (o.algos.empty()) usage(rank, "--algo: empty list");
-    for (const auto& a : o.algos)
-        if (!known_algo(a)) usage(rank, ("unknown algorithm " + a).c_str());
+    if (o.min_bytes < 4) throw usage_error{"--minbytes must be at least 4 (one float)"};
+    if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
     return o;
-}
-
-// nccl-tests: busbw = algbw * 2(n-1)/n for AllReduce, (n-1)/n for AllGather and ReduceScatter.
-double bus_factor(coll_kind c, int n) {
-    return c == coll_kind::all_reduce ? 2.0 * (n - 1) / n : double(n - 1) / n;
 }
 
 float value(std::size_t i, int r) { return float(1 + (i + 3 * std::size_t(r)) % 7); }
@@ -320,6 +236,7 @@ void mpi_call(MPI_Comm c, coll_kind coll, bufs& b) {
     case coll_kind::reduce_scatter:
         MPI_Reduce_scatter_block(b.in.data(), b.out.data(), static_cast<int>(b.out.size()), MPI_FLOAT, MPI_SUM, c);
         break;
+    default: break; // not in mpi_colls
     }
 }
 
@@ -411,7 +328,18 @@ int main(int argc, char** argv) {
     int rank = 0, n = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &n);
-    const options o = parse(argc, argv, rank);
+    options o;
+    try {
+        const chorus_cli::parsed_line line = chorus_cli::parse(argc, argv, option_table());
+        if (line.help) {
+            if (rank == 0) print_usage(stdout);
+            MPI_Finalize();
+            return 0;
+        }
+        o = parse(line);
+    } catch (const usage_error& e) {
+        usage(rank, e.what);
+    }
     if (!o.keep_malloc) {
         mallopt(M_MMAP_MAX, 0);
         mallopt(M_TRIM_THRESHOLD, 1 << 30);
@@ -450,7 +378,7 @@ int main(int argc, char** argv) {
         bufs b;
         for (const coll_kind coll : o.colls) {
             const char* cname = coll_name(coll);
-            for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+            for (const std::size_t bytes : chorus_cli::sweep_sizes(o)) {
                 const std::size_t count = bytes / sizeof(float);
                 const timing m = measure(comm, o, coll, count, b, [&] { mpi_call(mpi_comm, coll, b); });
                 for (const auto& algo : o.algos) {
@@ -460,7 +388,7 @@ int main(int argc, char** argv) {
                     if (rank == 0) {
                         const double algbw = double(count * sizeof(float)) / t.us / 1e3;
                         const double mpi_algbw = double(count * sizeof(float)) / m.us / 1e3;
-                        const double f = bus_factor(coll, n);
+                        const double f = chorus_cli::bus_factor(coll, n);
                         std::printf("%-15s %10zu %10zu %-18s %10.2f %9.2f %9.2f %6llu %10.2f %9.2f %6llu %7.2f\n",
                                     cname, count * sizeof(float), count, algo.c_str(), t.us, algbw, algbw * f,
                                     static_cast<unsigned long long>(t.wrong), m.us, mpi_algbw * f,
@@ -497,7 +425,7 @@ int main(int argc, char** argv) {
                 }
                 int coll_missed = 0;
                 std::uint64_t coll_wrong = 0;
-                for (std::size_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= o.factor) {
+                for (const std::size_t bytes : chorus_cli::sweep_sizes(o)) {
                     const std::size_t count = bytes / sizeof(float);
                     const std::vector<timing> t = interleaved_size(
                         comm, o, coll, count, np,

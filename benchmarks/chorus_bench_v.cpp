@@ -22,6 +22,8 @@
 
 #include <chorus/chorus.hpp>
 
+#include "cli.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -46,29 +48,55 @@ struct options {
     std::size_t others = 0;     // ranks 2.. (rank 0 always 0)
     int iters = 20;
     int warmup = 3;
-    bool direct = false;
+    std::string algo = "ring"; // ring or direct, with its default tuning (chorus::policy_from_name)
+};
+
+//! The command line, and the --help text printed from it.
+constexpr chorus_cli::option option_table[] = {
+    {"ranks", 't', "N", "ranks = threads (default 4, at least 2)"},
+    {"big", 0, "N", "elements rank 1 contributes (default 1000003); rank 0 contributes 0"},
+    {"others", 0, "N", "elements every rank from 2 on contributes (default 0)"},
+    {"iters", 'n', "N", "timed calls of each form (default 20)"},
+    {"warmup", 'w', "N", "untimed calls of each form first (default 3)"},
+    {"algo", 'a', "NAME", "ring or direct (default ring)"},
+    {"quick", 0, {}, "-n 5 -w 1 --big 100003 (a smoke test; explicit flags still win)"},
+    {"help", 'h', {}, "this text"},
 };
 
 void usage(std::FILE* to, const char* argv0) {
-    std::fprintf(to,
-                 "usage: %s [options]\n"
-                 "  -t, --ranks N      ranks = threads (default 4, at least 2)\n"
-                 "      --big N        elements rank 1 contributes (default 1000003); rank 0 contributes 0\n"
-                 "      --others N     elements every rank from 2 on contributes (default 0)\n"
-                 "  -n, --iters N      timed calls of each form (default 20)\n"
-                 "  -w, --warmup N     untimed calls of each form first (default 3)\n"
-                 "  -a, --algo NAME    ring or direct (default ring)\n"
-                 "      --quick        -n 5 -w 1 --big 100003 (a smoke test; explicit flags still win)\n"
-                 "  -h, --help         this text\n",
-                 argv0);
+    chorus_cli::print_help(to, chorus_cli::cat("usage: ", argv0, " [options]"), option_table);
 }
 
-bool parse_size(const char* s, std::size_t& v) {
-    char* end = nullptr;
-    const unsigned long long x = std::strtoull(s, &end, 10);
-    if (end == s || *end != '\0' || s[0] == '-') return false;
-    v = static_cast<std::size_t>(x);
-    return true;
+//! The options of the command line; exits on --help.
+options parse_options(int argc, char** argv) {
+    using chorus_cli::parse_int;
+    const chorus_cli::parsed_line line = chorus_cli::parse(argc, argv, option_table);
+    if (line.help) {
+        usage(stdout, argv[0]);
+        std::exit(0);
+    }
+    options o;
+    //! --quick sets defaults that explicit flags override, wherever they stand.
+    for (const chorus_cli::given_option& g : line.given)
+        if (g.is("quick")) {
+            o.big = 100003;
+            o.iters = 5;
+            o.warmup = 1;
+        }
+    constexpr long long most = 1LL << 40; // elements: more than any host holds
+    for (const chorus_cli::given_option& g : line.given) {
+        if (g.is("ranks")) o.ranks = int(parse_int(g.value, g.flag, 2, 1024));
+        else if (g.is("big")) o.big = std::size_t(parse_int(g.value, g.flag, 0, most));
+        else if (g.is("others")) o.others = std::size_t(parse_int(g.value, g.flag, 0, most));
+        else if (g.is("iters")) o.iters = int(parse_int(g.value, g.flag, 1, 1 << 30));
+        else if (g.is("warmup")) o.warmup = int(parse_int(g.value, g.flag, 0, 1 << 30));
+        else if (g.is("algo")) {
+            chorus_cli::parse_choice(g.value, g.flag, {"ring", "direct"});
+            o.algo = g.value;
+        }
+        else if (!g.is("quick")) chorus_cli::unhandled(g);
+    }
+    return o;
 }
 
 float value(int rank, std::size_t i) { return static_cast<float>(rank * 1000 + static_cast<int>(i % 1021) + 1); }
@@ -98,7 +126,9 @@ struct timings {
 };
 
 int run(const options& o) {
-    const chorus::policy pol = o.direct ? chorus::policy_of<chorus::direct<>> : chorus::policy_of<chorus::ring<>>;
+    chorus::policy pol;
+    chorus::policy_from_name(o.algo, pol); // ring<> or direct<>
+
     const int n = o.ranks;
     std::vector<std::size_t> counts(std::size_t(n), o.others);
     counts[0] = 0;
@@ -108,8 +138,7 @@ int run(const options& o) {
         total += c;
         largest = std::max(largest, c);
     }
-    std::printf("# all_gatherv vs padded all_gather, threads backend, %s<>, float, %d ranks\n",
-                o.direct ? "direct" : "ring", n);
+    std::printf("# all_gatherv vs padded all_gather, threads backend, %s<>, float, %d ranks\n", o.algo.c_str(), n);
     std::printf("# counts:");
     for (std::size_t c : counts) std::printf(" %zu", c);
     std::printf(" (total %zu elements, %.2f MiB); padded: %d x %zu = %zu elements (%.2f MiB)\n", total,
@@ -198,65 +227,14 @@ int run(const options& o) {
 
 int main(int argc, char** argv) {
     options o;
-    bool quick = false, big_set = false, n_set = false, w_set = false;
-    std::string cmd;
-    for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
-    for (int i = 1; i < argc; ++i) {
-        const std::string a = argv[i];
-        auto next = [&](std::size_t& v) {
-            if (i + 1 >= argc || !parse_size(argv[++i], v)) {
-                std::fprintf(stderr, "%s: %s needs a non-negative integer\n", argv[0], a.c_str());
-                std::exit(2);
-            }
-        };
-        std::size_t v = 0;
-        if (a == "-h" || a == "--help") {
-            usage(stdout, argv[0]);
-            return 0;
-        } else if (a == "-t" || a == "--ranks") {
-            next(v);
-            o.ranks = int(v);
-        } else if (a == "--big") {
-            next(o.big);
-            big_set = true;
-        } else if (a == "--others") {
-            next(o.others);
-        } else if (a == "-n" || a == "--iters") {
-            next(v);
-            o.iters = int(v);
-            n_set = true;
-        } else if (a == "-w" || a == "--warmup") {
-            next(v);
-            o.warmup = int(v);
-            w_set = true;
-        } else if (a == "-a" || a == "--algo") {
-            if (i + 1 >= argc) {
-                std::fprintf(stderr, "%s: %s needs ring or direct\n", argv[0], a.c_str());
-                return 2;
-            }
-            const std::string name = argv[++i];
-            if (name != "ring" && name != "direct") {
-                std::fprintf(stderr, "%s: unknown algorithm '%s' (ring or direct)\n", argv[0], name.c_str());
-                return 2;
-            }
-            o.direct = name == "direct";
-        } else if (a == "--quick") {
-            quick = true;
-        } else {
-            std::fprintf(stderr, "%s: unknown option '%s'\n", argv[0], a.c_str());
-            usage(stderr, argv[0]);
-            return 2;
-        }
-    }
-    if (quick) {
-        if (!big_set) o.big = 100003;
-        if (!n_set) o.iters = 5;
-        if (!w_set) o.warmup = 1;
-    }
-    if (o.ranks < 2 || o.ranks > 1024 || o.iters < 1) {
-        std::fprintf(stderr, "%s: need 2 <= ranks <= 1024 and iters >= 1\n", argv[0]);
+    try {
+        o = parse_options(argc, argv);
+    } catch (const chorus_cli::usage_error& e) {
+        std::fprintf(stderr, "%s: %s\n", argv[0], e.what.c_str());
+        usage(stderr, argv[0]);
         return 2;
     }
+    const std::string cmd = chorus_cli::join_args({argv, std::size_t(argc)});
     std::printf("# chorus_bench_v: %s\n", cmd.c_str());
     try {
         return run(o);

@@ -31,6 +31,8 @@
 
 #include <chorus/chorus.hpp>
 #include <chorus/model/cost.hpp>
+
+#include "cli.hpp" // the command line and the collectives by name, shared with the benchmarks
 #if defined(CHORUS_CALIBRATE_MPI) // chorus_calibrate_mpi: the same tool on communicator<mpi>
 #  include <chorus/mpi.hpp>
 #  include <unistd.h>
@@ -38,7 +40,6 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -54,6 +55,12 @@
 namespace {
 
 using chorus::collective;
+using chorus_cli::all_colls;
+using chorus_cli::cat;
+using chorus_cli::coll_kind;
+using chorus_cli::coll_name;
+using chorus_cli::to_collective;
+using chorus_cli::usage_error;
 namespace model = chorus::model;
 #if defined(CHORUS_CALIBRATE_MPI)
 using comm_type = chorus::communicator<chorus::mpi>;
@@ -77,7 +84,8 @@ struct named_policy {
     chorus::policy pol;
 };
 //! Every policy chorus::policy_names spells but deterministic (which runs
-//! direct or two_shot, already here), each with its default tuning.
+//! direct or two_shot, already here), each with its default tuning: the
+//! names --algos takes (validated()).
 constexpr auto validated_policies = [] {
     std::array<named_policy, std::size(chorus::policy_names) - 1> out{};
     std::size_t i = 0;
@@ -94,35 +102,38 @@ constexpr auto validated_policies = [] {
 constexpr chorus::policy default_policy(model::algorithm a) { return chorus::policy::fixed(a); }
 // -------------------------------------------------------------------------------------
 
-struct usage_error {
-    std::string what;
-};
+//! The policies --validate measures by name: validated_policies.
+bool validated(std::string_view name) { return name != "deterministic"; }
 
-void print_usage(std::FILE* to, const char* argv0) {
-    std::fprintf(to,
-                 "usage: %s [options]\n"
-                 "  -t, --ranks N[,M...]   ranks = threads (default 2); calibration with a list fits the\n"
-                 "                         first-order terms at the first and measures corrections at each\n"
-                 "  -o, --output FILE      write the topology file here (default stdout)\n"
-                 "  -b, --minbytes SIZE    smallest size, bytes; K M G suffixes (default 8); the latency\n"
-                 "                         series (direct<> AllReduce, 8 B .. 1 KiB) is always measured\n"
-                 "  -e, --maxbytes SIZE    largest size (default 64M)\n"
-                 "  -f, --stepfactor N     size factor between rows (default 2)\n"
-                 "  -r, --reps N           repetitions of each timed loop (default 7)\n"
-                 "      --stat min|median  statistic over the repetitions (default min: best-of, since other\n"
-                 "                         processes only ever add time)\n"
-                 "      --budget SIZE      bytes per timed loop: iterations = budget / size, 3..200\n"
-                 "                         (default 64M)\n"
-                 "      --validate         compare every policy's AllReduce with the model instead\n"
-                 "      --model FILE       the model --validate checks (default: CHORUS_MODEL or the built-in)\n"
-                 "      --algos LIST       --validate only these policies (names as printed, comma-separated)\n"
-                 "      --collectives LIST --validate these: all_reduce,all_gather,reduce_scatter,broadcast,reduce\n"
-                 "                         or all (default all_reduce)\n"
-                 "      --no-corrections   write the first-order fit alone, without the per-algorithm\n"
-                 "                         corrections (measured / predicted at 8 B * 4^i)\n"
-                 "      --csv FILE         also write the rows (fit samples, or the validation) as CSV\n"
-                 "  -h, --help             this text\n",
-                 argv0);
+//! The command line, and the --help text printed from it.
+std::span<const chorus_cli::option> option_table() {
+    static const std::string algos_help = chorus_cli::policies_help(validated, "all", "--validate only these");
+    static const std::string colls_help =
+        cat(chorus_cli::names_of(all_colls, coll_name), " or all (default all_reduce); --validate these");
+    static const chorus_cli::option table[] = {
+        {"ranks", 't', "N[,M...]", "ranks = threads (default 2); calibration with a list fits the\n"
+                                   "first-order terms at the first and measures corrections at each"},
+        {"output", 'o', "FILE", "write the topology file here (default stdout)"},
+        {"minbytes", 'b', "SIZE", "smallest size, bytes; K M G suffixes (default 8); the latency\n"
+                                  "series (direct<> AllReduce, 8 B .. 1 KiB) is always measured"},
+        {"maxbytes", 'e', "SIZE", "largest size (default 64M)"},
+        {"stepfactor", 'f', "N", "size factor between rows (default 2)"},
+        {"reps", 'r', "N", "repetitions of each timed loop (default 7)"},
+        {"stat", 0, "min|median", "statistic over the repetitions (default min: best-of, since other\n"
+                                  "processes only ever add time)"},
+        {"budget", 0, "SIZE", "bytes per timed loop: iterations = budget / size, 3..200 (default 64M)"},
+        {"validate", 0, {}, "compare every policy's AllReduce with the model instead"},
+        {"model", 0, "FILE", "the model --validate checks (default: CHORUS_MODEL or the built-in)"},
+        {"algos", 0, "LIST", algos_help},
+        {"collectives", 0, "LIST", colls_help},
+        {"no-corrections", 0, {}, "write the first-order fit alone, without the per-algorithm\n"
+                                  "corrections (measured / predicted at 8 B * 4^i)"},
+        {"merge", 0, "FILE", "chorus_calibrate_mpi: keep this file's corrections for the rank counts\n"
+                             "this run does not measure"},
+        {"csv", 0, "FILE", "also write the rows (fit samples, or the validation) as CSV"},
+        {"help", 'h', {}, "this text"},
+    };
+    return table;
 }
 
 struct options {
@@ -137,41 +148,13 @@ struct options {
     bool validate = false;
     std::string model_path;
     std::string csv_path;
-    std::string algos; // --validate: comma-separated policy names, empty: all
+    std::vector<std::string> algos; // --validate: these policies, empty: all
     bool corrections = true; // --no-corrections: the first-order fit alone
-    std::string collectives = "all_reduce"; // --validate: comma-separated collectives
-    std::string merge_path;                 // MPI: keep this file's corrections for other rank counts
+    std::vector<coll_kind> colls{coll_kind::all_reduce}; // --validate: these collectives, in all_colls order
+    std::string merge_path;                               // MPI: keep this file's corrections for other rank counts
     bool ranks_given = false;
     std::string command;
 };
-
-double parse_bytes(std::string_view s, const std::string& flag) {
-    std::string_view num = s;
-    double mult = 1;
-    if (!num.empty()) {
-        switch (num.back()) {
-        case 'K': case 'k': mult = 1024.0; break;
-        case 'M': case 'm': mult = 1024.0 * 1024; break;
-        case 'G': case 'g': mult = 1024.0 * 1024 * 1024; break;
-        default: break;
-        }
-        if (mult != 1) num.remove_suffix(1);
-    }
-    std::uint64_t v = 0;
-    const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
-    if (num.empty() || ec != std::errc{} || end != num.data() + num.size())
-        throw usage_error{flag + ": expected a size such as 4096, 64K or 1M, got '" + std::string(s) + "'"};
-    return double(v) * mult;
-}
-
-long parse_int(std::string_view s, const std::string& flag, long lo, long hi) {
-    long v = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
-        throw usage_error{flag + ": expected a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                          "], got '" + std::string(s) + "'"};
-    return v;
-}
 
 std::string base_name(std::string_view p) {
     const std::size_t slash = p.find_last_of('/');
@@ -179,74 +162,45 @@ std::string base_name(std::string_view p) {
 }
 
 options parse_options(int argc, char** argv) {
+    using chorus_cli::parse_bytes;
+    using chorus_cli::parse_int;
+    const chorus_cli::parsed_line line = chorus_cli::parse(argc, argv, option_table());
+    if (line.help) {
+        chorus_cli::print_help(stdout, cat("usage: ", argv[0], " [options]"), option_table());
+        std::exit(0);
+    }
     options o;
     o.command = base_name(argv[0]);
-    for (int i = 1; i < argc; ++i) o.command += std::string(" ") + argv[i];
-    for (int i = 1; i < argc; ++i) {
-        std::string arg = argv[i];
-        std::string value;
-        bool has_value = false;
-        if (arg.starts_with("--")) {
-            if (const std::size_t eq = arg.find('='); eq != std::string::npos) {
-                value = arg.substr(eq + 1);
-                arg = arg.substr(0, eq);
-                has_value = true;
-            }
-        } else if (arg.size() > 2 && arg[0] == '-') {
-            value = arg.substr(2);
-            arg = arg.substr(0, 2);
-            has_value = true;
-        }
-        if (arg == "-h" || arg == "--help") {
-            print_usage(stdout, argv[0]);
-            std::exit(0);
-        }
-        if (arg == "--validate") {
-            if (has_value) throw usage_error{"--validate takes no value"};
-            o.validate = true;
-            continue;
-        }
-        if (arg == "--no-corrections") {
-            if (has_value) throw usage_error{"--no-corrections takes no value"};
-            o.corrections = false;
-            continue;
-        }
-        static constexpr std::string_view valued[] = {"-t", "--ranks",  "-o",          "--output", "-b", "--minbytes",
-                                                      "-e", "--maxbytes", "-f",        "--stepfactor", "-r", "--reps",
-                                                      "--stat", "--budget", "--model", "--csv", "--algos",
-                                                      "--collectives", "--merge"};
-        if (std::find(std::begin(valued), std::end(valued), arg) == std::end(valued))
-            throw usage_error{"unknown argument '" + std::string(argv[i]) + "' (see --help)"};
-        if (!has_value) {
-            if (i + 1 >= argc) throw usage_error{arg + " needs a value"};
-            value = argv[++i];
-        }
-        if (arg == "-t" || arg == "--ranks") {
+    if (argc > 1) o.command.append(cat(" ", chorus_cli::join_args({argv + 1, std::size_t(argc - 1)})));
+    for (const chorus_cli::given_option& g : line.given) {
+        const std::string_view v = g.value;
+        const std::string& flag = g.flag;
+        if (g.is("ranks")) {
             o.rank_list.clear();
-            std::string_view rest = value;
-            while (true) {
-                const std::size_t comma = rest.find(',');
-                o.rank_list.push_back(int(parse_int(rest.substr(0, comma), arg, 1, 64)));
-                if (comma == std::string_view::npos) break;
-                rest = rest.substr(comma + 1);
-            }
+            for (const std::string_view r : chorus_cli::split_list(v))
+                o.rank_list.push_back(int(parse_int(r, flag, 1, 64)));
             o.ranks = o.rank_list.front();
             o.ranks_given = true;
-        }
-        else if (arg == "-o" || arg == "--output") o.output = value;
-        else if (arg == "-b" || arg == "--minbytes") o.min_bytes = parse_bytes(value, arg);
-        else if (arg == "-e" || arg == "--maxbytes") o.max_bytes = parse_bytes(value, arg);
-        else if (arg == "-f" || arg == "--stepfactor") o.factor = double(parse_int(value, arg, 2, 1 << 20));
-        else if (arg == "-r" || arg == "--reps") o.reps = int(parse_int(value, arg, 1, 1000));
-        else if (arg == "--stat") {
-            if (value != "median" && value != "min") throw usage_error{"--stat: expected median or min"};
-            o.use_min = value == "min";
-        } else if (arg == "--budget") o.budget = parse_bytes(value, arg);
-        else if (arg == "--model") o.model_path = value;
-        else if (arg == "--csv") o.csv_path = value;
-        else if (arg == "--algos") o.algos = value;
-        else if (arg == "--collectives") o.collectives = value;
-        else if (arg == "--merge") o.merge_path = value;
+        } else if (g.is("output")) o.output = v;
+        else if (g.is("minbytes")) o.min_bytes = double(parse_bytes(v, flag));
+        else if (g.is("maxbytes")) o.max_bytes = double(parse_bytes(v, flag));
+        else if (g.is("stepfactor")) o.factor = double(parse_int(v, flag, 2, 1 << 20));
+        else if (g.is("reps")) o.reps = int(parse_int(v, flag, 1, 1000));
+        else if (g.is("stat")) o.use_min = chorus_cli::parse_choice(v, flag, {"min", "median"}) == 0;
+        else if (g.is("budget")) o.budget = double(parse_bytes(v, flag));
+        else if (g.is("validate")) o.validate = true;
+        else if (g.is("model")) o.model_path = v;
+        else if (g.is("algos")) o.algos = chorus_cli::parse_policies(v, flag, validated);
+        else if (g.is("collectives")) {
+            // The tables list the collectives in all_colls order, each once, whatever the order given.
+            const std::vector<coll_kind> given = chorus_cli::parse_collectives(v, flag);
+            o.colls.clear();
+            for (const coll_kind k : all_colls)
+                if (std::find(given.begin(), given.end(), k) != given.end()) o.colls.push_back(k);
+        } else if (g.is("no-corrections")) o.corrections = false;
+        else if (g.is("merge")) o.merge_path = v;
+        else if (g.is("csv")) o.csv_path = v;
+        else chorus_cli::unhandled(g);
     }
     if (o.min_bytes < 4) throw usage_error{"--minbytes must be at least 4 (one float)"};
     if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
@@ -255,7 +209,8 @@ options parse_options(int argc, char** argv) {
     if (o.validate && !o.output.empty()) throw usage_error{"-o writes a calibration; --validate writes --csv"};
     if (!o.validate && !o.model_path.empty()) throw usage_error{"--model is for --validate"};
     if (!o.validate && !o.algos.empty()) throw usage_error{"--algos is for --validate"};
-    if (!o.validate && o.collectives != "all_reduce") throw usage_error{"--collectives is for --validate"};
+    if (!o.validate && o.colls != std::vector<coll_kind>{coll_kind::all_reduce})
+        throw usage_error{"--collectives is for --validate"};
     if (o.validate && !o.corrections) throw usage_error{"--no-corrections is for calibration"};
     if (o.validate && o.rank_list.size() > 1) throw usage_error{"--validate takes one rank count (-t N)"};
     for (int r : o.rank_list)
@@ -276,30 +231,15 @@ double statistic(std::vector<double> v, bool use_min) {
     return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
 }
 
-//! The collectives calibration and validation time.
-enum class op_kind { all_reduce, all_gather, reduce_scatter, broadcast, reduce };
-
-constexpr collective to_collective(op_kind k) {
-    switch (k) {
-    case op_kind::all_reduce: return collective::all_reduce;
-    case op_kind::all_gather: return collective::all_gather;
-    case op_kind::reduce_scatter: return collective::reduce_scatter;
-    case op_kind::broadcast: return collective::broadcast;
-    case op_kind::reduce: return collective::reduce;
-    }
-    return collective::all_reduce;
-}
-constexpr bool per_rank_blocks(op_kind k) { return k == op_kind::all_gather || k == op_kind::reduce_scatter; }
-
 //! Per-rank element counts of a call of nccl-tests size `bytes` (floats):
 //! the block for AllGather/ReduceScatter, the buffer otherwise. 0: too small.
-std::size_t call_count(op_kind k, double bytes, int n) {
+std::size_t call_count(coll_kind k, double bytes, int n) {
     const std::size_t elems = std::size_t(bytes) / sizeof(float);
-    return per_rank_blocks(k) ? elems / std::size_t(n) : elems;
+    return chorus_cli::coll_count_per_rank(k) ? elems / std::size_t(n) : elems;
 }
 //! The size the call really has (a whole number of floats per block).
-double call_bytes(op_kind k, std::size_t count, int n) {
-    return double(count) * sizeof(float) * (per_rank_blocks(k) ? double(n) : 1.0);
+double call_bytes(coll_kind k, std::size_t count, int n) {
+    return double(count) * sizeof(float) * (chorus_cli::coll_count_per_rank(k) ? double(n) : 1.0);
 }
 
 //! What one rank needs to time calls: its buffers (at the largest size,
@@ -323,27 +263,29 @@ struct timer {
     //! start over ranks, / iterations). Each call is what the public call
     //! with the policy type runs (chorus::all_reduce<Algo>(comm, in, out) is
     //! detail::all_reduce_run(comm, policy_of<Algo>, in, out, sum{}, false)).
-    double time(const chorus::policy& pol, op_kind k, std::size_t count) {
+    double time(const chorus::policy& pol, coll_kind k, std::size_t count) {
         namespace d = chorus::detail;
         const int n = comm.size();
         const int rank = comm.rank();
         const double bytes = call_bytes(k, count, n);
         const auto call = [&] {
             switch (k) {
-            case op_kind::all_reduce:
+            case coll_kind::all_reduce:
                 d::all_reduce_run(comm, pol, std::span<const float>(in.data(), count),
                                   std::span<float>(out.data(), count), chorus::sum{}, false);
                 break;
-            case op_kind::all_gather:
+            case coll_kind::all_gather:
                 d::all_gather_run(comm, pol, std::span<const float>(in.data(), count),
                                   std::span<float>(out.data(), count * std::size_t(n)), false);
                 break;
-            case op_kind::reduce_scatter:
+            case coll_kind::reduce_scatter:
                 d::reduce_scatter_run(comm, pol, std::span<const float>(in.data(), count * std::size_t(n)),
                                       std::span<float>(out.data(), count), chorus::sum{}, false);
                 break;
-            case op_kind::broadcast: d::broadcast_run(comm, pol, std::span<float>(out.data(), count), 0, false); break;
-            case op_kind::reduce:
+            case coll_kind::broadcast:
+                d::broadcast_run(comm, pol, std::span<float>(out.data(), count), 0, false);
+                break;
+            case coll_kind::reduce:
                 d::reduce_run(comm, pol, std::span<const float>(in.data(), count),
                               std::span<float>(out.data(), count), chorus::sum{}, 0, false);
                 break;
@@ -410,7 +352,7 @@ void with_ranks(const options& o, int n, double biggest, F&& body) {
 #endif
 
 //! Seconds per call of the policy that runs model algorithm `a` (rank 0; the others 0).
-double time_algo(timer& tm, model::algorithm a, op_kind k, std::size_t count) {
+double time_algo(timer& tm, model::algorithm a, coll_kind k, std::size_t count) {
     return tm.time(default_policy(a), k, count);
 }
 
@@ -418,41 +360,41 @@ double time_algo(timer& tm, model::algorithm a, op_kind k, std::size_t count) {
 //! schedule automatic may pick on one node (model::runs_as: the other
 //! policies run one of these for that collective).
 struct series_spec {
-    op_kind kind;
+    coll_kind kind;
     model::algorithm algo;
 };
 constexpr series_spec correction_plan[] = {
-    {op_kind::all_reduce, model::algorithm::ring},
-    {op_kind::all_reduce, model::algorithm::direct},
-    {op_kind::all_reduce, model::algorithm::tree},
-    {op_kind::all_reduce, model::algorithm::recursive_doubling},
-    {op_kind::all_reduce, model::algorithm::rabenseifner},
-    {op_kind::all_reduce, model::algorithm::two_shot},
-    {op_kind::all_reduce, model::algorithm::hierarchical},
-    {op_kind::all_gather, model::algorithm::ring},
-    {op_kind::all_gather, model::algorithm::direct},
-    {op_kind::reduce_scatter, model::algorithm::ring},
-    {op_kind::reduce_scatter, model::algorithm::direct},
-    {op_kind::broadcast, model::algorithm::ring},
-    {op_kind::broadcast, model::algorithm::direct},
-    {op_kind::broadcast, model::algorithm::tree},
-    {op_kind::reduce, model::algorithm::ring},
-    {op_kind::reduce, model::algorithm::direct},
-    {op_kind::reduce, model::algorithm::tree},
+    {coll_kind::all_reduce, model::algorithm::ring},
+    {coll_kind::all_reduce, model::algorithm::direct},
+    {coll_kind::all_reduce, model::algorithm::tree},
+    {coll_kind::all_reduce, model::algorithm::recursive_doubling},
+    {coll_kind::all_reduce, model::algorithm::rabenseifner},
+    {coll_kind::all_reduce, model::algorithm::two_shot},
+    {coll_kind::all_reduce, model::algorithm::hierarchical},
+    {coll_kind::all_gather, model::algorithm::ring},
+    {coll_kind::all_gather, model::algorithm::direct},
+    {coll_kind::reduce_scatter, model::algorithm::ring},
+    {coll_kind::reduce_scatter, model::algorithm::direct},
+    {coll_kind::broadcast, model::algorithm::ring},
+    {coll_kind::broadcast, model::algorithm::direct},
+    {coll_kind::broadcast, model::algorithm::tree},
+    {coll_kind::reduce, model::algorithm::ring},
+    {coll_kind::reduce, model::algorithm::direct},
+    {coll_kind::reduce, model::algorithm::tree},
 };
 
 //! On MPI hierarchical<> is the shared-memory engine for every collective:
 //! corrected for each.
 constexpr series_spec mpi_extra_plan[] = {
-    {op_kind::all_gather, model::algorithm::hierarchical},
-    {op_kind::reduce_scatter, model::algorithm::hierarchical},
-    {op_kind::broadcast, model::algorithm::hierarchical},
-    {op_kind::reduce, model::algorithm::hierarchical},
+    {coll_kind::all_gather, model::algorithm::hierarchical},
+    {coll_kind::reduce_scatter, model::algorithm::hierarchical},
+    {coll_kind::broadcast, model::algorithm::hierarchical},
+    {coll_kind::reduce, model::algorithm::hierarchical},
 };
 
 //! Times collective `k` under policy `pol` at every size: seconds per call;
 //! sizes too small for one float per rank come back as 0.
-std::vector<double> time_sweep(const chorus::policy& pol, const options& o, int n, op_kind k,
+std::vector<double> time_sweep(const chorus::policy& pol, const options& o, int n, coll_kind k,
                                const std::vector<double>& sizes) {
     std::vector<double> result(sizes.size(), 0.0);
     with_ranks(o, n, *std::max_element(sizes.begin(), sizes.end()), [&](timer& t) {
@@ -469,7 +411,7 @@ std::vector<double> time_sweep(const chorus::policy& pol, const options& o, int 
 // --- least squares ----------------------------------------------------------------
 
 struct sample {
-    op_kind kind;
+    coll_kind kind;
     model::algorithm algo;
     double bytes;
     double seconds;
@@ -553,7 +495,6 @@ std::array<double, 3> fit(const std::vector<sample>& v) {
     return best;
 }
 
-const char* kind_name(op_kind k) { return chorus::collective_name(to_collective(k)); }
 
 std::string utc_now() {
     const std::time_t now = std::time(nullptr);
@@ -630,7 +571,7 @@ std::string measure_corrections(const options& o, int n, model::topology& t) {
         if (t.correction_count < model::max_corrections) t.corrections[t.correction_count++] = k;
         char line[160];
         std::snprintf(line, sizeof line, "#   %s %s: %.2f .. %.2f\n", model::algorithm_name(k.algo),
-                      kind_name(plan[q].kind), *std::min_element(r + first, r + last + 1),
+                      coll_name(plan[q].kind), *std::min_element(r + first, r + last + 1),
                       *std::max_element(r + first, r + last + 1));
         out += line;
     }
@@ -696,19 +637,19 @@ int calibrate_mpi(const options& o) {
     const std::vector<double> small = sweep(8, 1024, 2);
 
     struct series {
-        op_kind kind;
+        coll_kind kind;
         model::algorithm algo;
         const std::vector<double>* sizes;
     };
-    const series plan[] = {{op_kind::all_reduce, model::algorithm::ring, &sizes},
-                           {op_kind::all_gather, model::algorithm::ring, &sizes},
-                           {op_kind::reduce_scatter, model::algorithm::ring, &sizes},
-                           {op_kind::all_reduce, model::algorithm::direct, &small}};
+    const series plan[] = {{coll_kind::all_reduce, model::algorithm::ring, &sizes},
+                           {coll_kind::all_gather, model::algorithm::ring, &sizes},
+                           {coll_kind::reduce_scatter, model::algorithm::ring, &sizes},
+                           {coll_kind::all_reduce, model::algorithm::direct, &small}};
     std::vector<sample> samples;
     for (const series& s : plan) {
         if (s.sizes->empty()) continue;
         std::fprintf(stderr, "chorus_calibrate: timing %s %s on %d ranks, %zu sizes\n", model::algorithm_name(s.algo),
-                     kind_name(s.kind), n, s.sizes->size());
+                     coll_name(s.kind), n, s.sizes->size());
         const std::vector<double> t = time_sweep(default_policy(s.algo), o, n, s.kind, *s.sizes);
         for (std::size_t i = 0; i < t.size(); ++i) {
             const std::size_t count = call_count(s.kind, (*s.sizes)[i], n);
@@ -756,7 +697,7 @@ int calibrate_mpi(const options& o) {
         total_sq += sq;
         worst = std::max(worst, mx);
         std::snprintf(line, sizeof line, "#   %s %s: %d sizes, rms relative error %.1f %%, worst %.1f %%\n",
-                      model::algorithm_name(s.algo), kind_name(s.kind), cnt, 100 * std::sqrt(sq / cnt), 100 * mx);
+                      model::algorithm_name(s.algo), coll_name(s.kind), cnt, 100 * std::sqrt(sq / cnt), 100 * mx);
         report += line;
     }
 
@@ -791,7 +732,7 @@ int calibrate_mpi(const options& o) {
         std::fprintf(f, "collective,algorithm,ranks,size_bytes,measured_s,predicted_s,steps,moved_bytes,"
                         "reduced_bytes\n");
         for (const sample& p : samples)
-            std::fprintf(f, "%s,%s,%d,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g\n", kind_name(p.kind),
+            std::fprintf(f, "%s,%s,%d,%.0f,%.9g,%.9g,%.9g,%.9g,%.9g\n", coll_name(p.kind),
                          model::algorithm_name(p.algo), n, p.bytes, p.seconds,
                          model::predict_uncorrected(to_collective(p.kind), p.algo, n, p.bytes, t), p.x.steps, p.x.moved,
                          p.x.reduced);
@@ -804,7 +745,7 @@ int calibrate_mpi(const options& o) {
 // --- validation ----------------------------------------------------------------------
 
 struct vrow {
-    op_kind kind;
+    coll_kind kind;
     double bytes;
     std::string name;     // the policy
     model::algorithm ran; // what the model predicts it as
@@ -813,7 +754,7 @@ struct vrow {
 };
 
 //! What the model predicts policy `p` runs for collective k of per-rank count `count` floats.
-model::algorithm modelled_as(const named_policy& p, const model::topology& t, int n, std::size_t count, op_kind k) {
+model::algorithm modelled_as(const named_policy& p, const model::topology& t, int n, std::size_t count, coll_kind k) {
     if (p.pol.choose) {
         chorus::schedule_args a{};
         a.coll = to_collective(k);
@@ -831,26 +772,21 @@ model::algorithm modelled_as(const named_policy& p, const model::topology& t, in
 }
 
 bool selected(const options& o, const named_policy& p) {
-    return o.algos.empty() || ("," + o.algos + ",").find(std::string(",") + p.name + ",") != std::string::npos;
+    return o.algos.empty() || std::find(o.algos.begin(), o.algos.end(), p.name) != o.algos.end();
 }
 
 //! Times every selected policy's collective `kind` at every size, the
 //! policies interleaved per size (all of one size, then the next): they see
 //! the same machine, which on a shared one drifts from minute to minute.
-void validate_all(const options& o, op_kind kind, const model::topology& t, const std::vector<double>& sizes,
+void validate_all(const options& o, coll_kind kind, const model::topology& t, const std::vector<double>& sizes,
                   std::vector<vrow>& rows) {
     const int n = o.ranks;
     constexpr std::size_t np = std::size(validated_policies);
     std::vector<std::vector<double>> m(np, std::vector<double>(sizes.size(), 0.0));
-    std::fprintf(stderr, "chorus_calibrate: timing %s on %d ranks, %zu sizes:", kind_name(kind), n, sizes.size());
-    std::size_t shown = 0;
+    std::fprintf(stderr, "chorus_calibrate: timing %s on %d ranks, %zu sizes:", coll_name(kind), n, sizes.size());
     for (const named_policy& p : validated_policies)
-        if (selected(o, p)) {
-            std::fprintf(stderr, " %s", p.name);
-            ++shown;
-        }
+        if (selected(o, p)) std::fprintf(stderr, " %s", p.name);
     std::fprintf(stderr, "\n");
-    if (shown == 0) throw usage_error{"--algos: no policy of that name (see the rows of a full --validate)"};
     with_ranks(o, n, *std::max_element(sizes.begin(), sizes.end()), [&](timer& tm) {
         for (std::size_t i = 0; i < sizes.size(); ++i) {
             const std::size_t count = call_count(kind, sizes[i], n);
@@ -888,23 +824,13 @@ int validate(const options& o) {
     if (o.model_path.empty() && !model::model_file_given()) t = world().topology(); // what the backend plans with
 #endif
     const std::vector<double> sizes = sweep(o.min_bytes, o.max_bytes, o.factor);
-    std::vector<op_kind> kinds;
-    {
-        constexpr op_kind all[] = {op_kind::all_reduce, op_kind::all_gather, op_kind::reduce_scatter,
-                                   op_kind::broadcast, op_kind::reduce};
-        const std::string list = "," + o.collectives + ",";
-        for (op_kind k : all)
-            if (o.collectives == "all" || list.find(std::string(",") + kind_name(k) + ",") != std::string::npos)
-                kinds.push_back(k);
-        if (kinds.empty()) throw usage_error{"--collectives: expected some of all_reduce,all_gather,reduce_scatter,"
-                                             "broadcast,reduce or all, got '" + o.collectives + "'"};
-    }
+    const std::vector<coll_kind>& kinds = o.colls;
     std::vector<vrow> rows;
-    for (op_kind k : kinds) validate_all(o, k, t, sizes, rows);
+    for (coll_kind k : kinds) validate_all(o, k, t, sizes, rows);
 
     constexpr double judged_from = 64.0 * 1024;
     std::string kinds_text;
-    for (op_kind k : kinds) kinds_text += (kinds_text.empty() ? "" : ", ") + std::string(kind_name(k));
+    for (coll_kind k : kinds) kinds_text += (kinds_text.empty() ? "" : ", ") + std::string(coll_name(k));
     std::printf("# chorus_calibrate --validate: %s (float, sum, out of place; root 0), %s, %d ranks, %s\n",
                 kinds_text.c_str(), backend_name, n, utc_now().c_str());
     std::printf("# model: %s (alpha %.3f us, intra %.3f GB/s, reduce %.3f GB/s); %s of %d timed loops per point\n",
@@ -935,13 +861,13 @@ int validate(const options& o) {
         const bool ok = std::fabs(ratio - 1) <= 0.25;
         std::string label = r.name;
         if (label != model::algorithm_name(r.ran)) label += std::string("(") + model::algorithm_name(r.ran) + ")";
-        std::printf("%-14s %12.0f %-28s %14.2f %14.2f %8.3f %4s\n", kind_name(r.kind), r.bytes, label.c_str(),
+        std::printf("%-14s %12.0f %-28s %14.2f %14.2f %8.3f %4s\n", coll_name(r.kind), r.bytes, label.c_str(),
                     r.measured * 1e6, r.predicted * 1e6, ratio, judged ? (ok ? "yes" : "NO") : "-");
         if (csv != nullptr)
             std::fprintf(csv, "%.0f,%s,%s,%d,%.9g,%.9g,%.6f,%d,%d,%s\n", r.bytes, r.name.c_str(),
                          model::algorithm_name(r.ran), n, r.measured, r.predicted, ratio, judged ? 1 : 0,
-                         judged && ok ? 1 : 0, kind_name(r.kind));
-        const std::string key = kinds.size() > 1 ? r.name + " " + kind_name(r.kind) : r.name;
+                         judged && ok ? 1 : 0, coll_name(r.kind));
+        const std::string key = kinds.size() > 1 ? r.name + " " + coll_name(r.kind) : r.name;
         auto it = std::find_if(tallies.begin(), tallies.end(), [&](const tally& x) { return x.name == key; });
         if (it == tallies.end()) it = tallies.insert(tallies.end(), tally{key, 0, 0, {}});
         if (judged) {
@@ -980,7 +906,7 @@ int validate(const options& o) {
         }
         if (pick != nullptr && fast != nullptr) {
             costs.push_back(pick->measured / fast->measured);
-            std::printf("%-14s %12.0f %-20s %-20s %8.2f\n", kind_name(rows[i].kind), rows[i].bytes,
+            std::printf("%-14s %12.0f %-20s %-20s %8.2f\n", coll_name(rows[i].kind), rows[i].bytes,
                         pick->name.c_str(), fast->name.c_str(), pick->measured / fast->measured);
         }
         i = j;

@@ -20,9 +20,9 @@
 #include <chorus/model/cost.hpp>
 #include <chorus/model/file.hpp>
 
+#include "cli.hpp" // the command line, shared with the benchmarks
+
 #include <algorithm>
-#include <cctype>
-#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -37,102 +37,50 @@ namespace {
 using chorus::collective;
 namespace model = chorus::model;
 
-struct usage_error {
-    std::string what;
-};
-
-void print_usage(std::FILE* to, const char* argv0) {
-    std::fprintf(to,
-                 "usage: %s [options]\n"
-                 "machine (default: 2 nodes x 8 GPUs):\n"
-                 "  --nodes N               nodes\n"
-                 "  --gpus-per-node G       ranks per node (default 8)\n"
-                 "  --ranks n               total ranks instead of --nodes (the last node may be partial)\n"
-                 "  --ranks-per-node L      same as --gpus-per-node\n"
-                 "  --model FILE            start from this topology file (chorus_calibrate -o FILE);\n"
-                 "                          its ranks_per_node is used unless -G/-L is given\n"
-                 "  --intra-lat US          intra-node latency per step, microseconds (default 2)\n"
-                 "  --intra-bw GBPS         intra-node bandwidth per rank, GB/s = 1e9 B/s (default 150)\n"
-                 "  --inter-lat US          inter-node latency per step, microseconds (default 5)\n"
-                 "  --inter-bw GBPS         inter-node bandwidth per rank, GB/s (default 25)\n"
-                 "  --reduce-bw GBPS        reduction throughput per rank, GB/s of result (default 1000)\n"
-                 "  --channels K            channels (default 1)\n"
-                 "  --chunk-bytes SIZE      pipelining chunk (default 256K)\n"
-                 "what to predict:\n"
-                 "  --collective LIST       all_reduce,all_gather,reduce_scatter,broadcast,reduce,all_to_all\n"
-                 "                          or all (default all_reduce)\n"
-                 "  --algos LIST            algorithms to compare (default all: %s)\n"
-                 "  --sizes MIN:MAX[:F]     message sizes, times F each row (default 8:1G:2); K M G suffixes\n"
-                 "  -b, --minbytes SIZE     same as MIN\n"
-                 "  -e, --maxbytes SIZE     same as MAX\n"
-                 "  -f, --stepfactor F      same as F\n"
-                 "  --scale-size SIZE       the size of the scaling table (default 256M)\n"
-                 "  --csv FILE              also write every prediction as CSV\n"
-                 "  --check                 check every prediction is finite, positive and monotone in size;\n"
-                 "                          prints 'model checks passed' or exits 1\n"
-                 "  -h, --help              this text\n",
-                 argv0, [] {
-                     static std::string s;
-                     for (model::algorithm a : model::all_algorithms)
-                         s += std::string(s.empty() ? "" : ",") + model::algorithm_name(a);
-                     return s.c_str();
-                 }());
-}
-
-double parse_number(std::string_view s, const std::string& flag) {
-    double v = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || !(v >= 0) || v > 1e300)
-        throw usage_error{flag + ": expected a number >= 0, got '" + std::string(s) + "'"};
-    return v;
-}
-
-//! Bytes: a whole number with an optional K, M, G or T suffix (powers of 1024), "B"/"iB" allowed after it.
-double parse_bytes(std::string_view s, const std::string& flag) {
-    std::string_view num = s;
-    double mult = 1;
-    if (num.ends_with("iB")) num.remove_suffix(2);
-    else if (num.ends_with("B") && num.size() > 1 && !std::isdigit(static_cast<unsigned char>(num[num.size() - 2])))
-        num.remove_suffix(1);
-    if (!num.empty()) {
-        switch (num.back()) {
-        case 'K': case 'k': mult = 1024.0; break;
-        case 'M': case 'm': mult = 1024.0 * 1024; break;
-        case 'G': case 'g': mult = 1024.0 * 1024 * 1024; break;
-        case 'T': case 't': mult = 1024.0 * 1024 * 1024 * 1024; break;
-        default: break;
-        }
-        if (mult != 1) num.remove_suffix(1);
-    }
-    std::uint64_t v = 0;
-    const auto [end, ec] = std::from_chars(num.data(), num.data() + num.size(), v);
-    if (num.empty() || ec != std::errc{} || end != num.data() + num.size())
-        throw usage_error{flag + ": expected a size such as 4096, 64K, 1M or 1G, got '" + std::string(s) + "'"};
-    return double(v) * mult;
-}
-
-long parse_int(std::string_view s, const std::string& flag, long lo, long hi) {
-    long v = 0;
-    const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (s.empty() || ec != std::errc{} || end != s.data() + s.size() || v < lo || v > hi)
-        throw usage_error{flag + ": expected a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                          "], got '" + std::string(s) + "'"};
-    return v;
-}
-
-std::vector<std::string_view> split(std::string_view s, char sep) {
-    std::vector<std::string_view> out;
-    while (true) {
-        const std::size_t p = s.find(sep);
-        out.push_back(s.substr(0, p));
-        if (p == std::string_view::npos) break;
-        s = s.substr(p + 1);
-    }
-    return out;
-}
+using chorus_cli::usage_error;
 
 constexpr collective sim_collectives[] = {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
                                           collective::broadcast,  collective::reduce,     collective::all_to_all};
+
+//! The command line, and the --help text printed from it.
+std::span<const chorus_cli::option> option_table() {
+    using chorus_cli::cat;
+    using chorus_cli::names_of;
+    static const std::string colls_help =
+        cat(names_of(sim_collectives, chorus::collective_name), " or all (default all_reduce)");
+    static const std::string algos_help =
+        cat("algorithms to compare (default all: ", names_of(model::all_algorithms, model::algorithm_name), ")");
+    static const chorus_cli::option table[] = {
+        {{}, 0, {}, "machine (default: 2 nodes x 8 GPUs):"},
+        {"nodes", 0, "N", "nodes"},
+        {"gpus-per-node", 0, "G", "ranks per node (default 8)"},
+        {"ranks", 0, "n", "total ranks instead of --nodes (the last node may be partial)"},
+        {"ranks-per-node", 0, "L", "same as --gpus-per-node"},
+        {"model", 0, "FILE", "start from this topology file (chorus_calibrate -o FILE);\n"
+                             "its ranks_per_node is used unless --gpus-per-node is given"},
+        {"intra-lat", 0, "US", "intra-node latency per step, microseconds (default 2)"},
+        {"intra-bw", 0, "GBPS", "intra-node bandwidth per rank, GB/s = 1e9 B/s (default 150)"},
+        {"inter-lat", 0, "US", "inter-node latency per step, microseconds (default 5)"},
+        {"inter-bw", 0, "GBPS", "inter-node bandwidth per rank, GB/s (default 25)"},
+        {"reduce-bw", 0, "GBPS", "reduction throughput per rank, GB/s of result (default 1000)"},
+        {"channels", 0, "K", "channels (default 1)"},
+        {"chunk-bytes", 0, "SIZE", "pipelining chunk (default 256K)"},
+        {{}, 0, {}, "what to predict:"},
+        {"collective", 0, "LIST", colls_help},
+        {"collectives", 0, "LIST"}, // the benchmarks' spelling of --collective
+        {"algos", 0, "LIST", algos_help},
+        {"sizes", 0, "MIN:MAX[:F]", "message sizes, times F each row (default 8:1G:2); K M G suffixes"},
+        {"minbytes", 'b', "SIZE", "same as MIN"},
+        {"maxbytes", 'e', "SIZE", "same as MAX"},
+        {"stepfactor", 'f', "F", "same as F"},
+        {"scale-size", 0, "SIZE", "the size of the scaling table (default 256M)"},
+        {"csv", 0, "FILE", "also write every prediction as CSV"},
+        {"check", 0, {}, "check every prediction is finite, positive and monotone in size;\n"
+                         "prints 'model checks passed' or exits 1"},
+        {"help", 'h', {}, "this text"},
+    };
+    return table;
+}
 
 struct options {
     long nodes = -1, per_node = -1, ranks = -1;
@@ -153,91 +101,50 @@ struct options {
 };
 
 options parse_options(int argc, char** argv) {
+    using chorus_cli::parse_bytes;
+    using chorus_cli::parse_int;
+    using chorus_cli::parse_number;
+    const chorus_cli::parsed_line line = chorus_cli::parse(argc, argv, option_table());
+    if (line.help) {
+        chorus_cli::print_help(stdout, chorus_cli::cat("usage: ", argv[0], " [options]"), option_table());
+        std::exit(0);
+    }
     options o;
-    for (int i = 1; i < argc; ++i) {
-        std::string arg = argv[i];
-        std::string value;
-        bool has_value = false;
-        if (arg.starts_with("--")) {
-            if (const std::size_t eq = arg.find('='); eq != std::string::npos) {
-                value = arg.substr(eq + 1);
-                arg = arg.substr(0, eq);
-                has_value = true;
-            }
-        } else if (arg.size() > 2 && arg[0] == '-') {
-            value = arg.substr(2);
-            arg = arg.substr(0, 2);
-            has_value = true;
-        }
-        if (arg == "-h" || arg == "--help") {
-            print_usage(stdout, argv[0]);
-            std::exit(0);
-        }
-        if (arg == "--check") {
-            if (has_value) throw usage_error{"--check takes no value"};
-            o.check = true;
-            continue;
-        }
-        static constexpr std::string_view valued[] = {
-            "--nodes",    "--gpus-per-node", "--ranks",     "--ranks-per-node", "--model",      "--intra-lat",
-            "--intra-bw", "--inter-lat",     "--inter-bw",  "--reduce-bw",      "--channels",   "--chunk-bytes",
-            "--collective", "--collectives", "--algos",     "--sizes",          "-b",           "--minbytes",
-            "-e",         "--maxbytes",      "-f",          "--stepfactor",     "--scale-size", "--csv"};
-        if (std::find(std::begin(valued), std::end(valued), arg) == std::end(valued))
-            throw usage_error{"unknown argument '" + std::string(argv[i]) + "' (see --help)"};
-        if (!has_value) {
-            if (i + 1 >= argc) throw usage_error{arg + " needs a value"};
-            value = argv[++i];
-        }
-        if (arg == "--nodes") o.nodes = parse_int(value, arg, 1, 1 << 20);
-        else if (arg == "--gpus-per-node" || arg == "--ranks-per-node") o.per_node = parse_int(value, arg, 1, 1 << 16);
-        else if (arg == "--ranks") o.ranks = parse_int(value, arg, 1, 1 << 24);
-        else if (arg == "--model") o.model_path = value;
-        else if (arg == "--intra-lat") o.intra_lat_us = parse_number(value, arg);
-        else if (arg == "--intra-bw") o.intra_bw = parse_number(value, arg);
-        else if (arg == "--inter-lat") o.inter_lat_us = parse_number(value, arg);
-        else if (arg == "--inter-bw") o.inter_bw = parse_number(value, arg);
-        else if (arg == "--reduce-bw") o.reduce_bw = parse_number(value, arg);
-        else if (arg == "--channels") o.channels = parse_int(value, arg, 1, 64);
-        else if (arg == "--chunk-bytes") o.chunk_bytes = parse_bytes(value, arg);
-        else if (arg == "--collective" || arg == "--collectives") {
-            o.colls.clear();
-            if (value == "all") o.colls.assign(std::begin(sim_collectives), std::end(sim_collectives));
-            else
-                for (std::string_view item : split(value, ',')) {
-                    bool found = false;
-                    for (collective c : sim_collectives)
-                        if (item == chorus::collective_name(c)) {
-                            o.colls.push_back(c);
-                            found = true;
-                        }
-                    if (!found) throw usage_error{arg + ": unknown collective '" + std::string(item) + "'"};
-                }
-        } else if (arg == "--algos") {
-            o.algos.clear();
-            if (value != "all")
-                for (std::string_view item : split(value, ',')) {
-                    model::algorithm a{};
-                    if (!model::algorithm_from_name(item, a))
-                        throw usage_error{arg + ": unknown algorithm '" + std::string(item) + "'"};
-                    o.algos.push_back(a);
-                }
-            else o.algos.assign(std::begin(model::all_algorithms), std::end(model::all_algorithms));
-        } else if (arg == "--sizes") {
-            const auto parts = split(value, ':');
-            if (parts.size() < 2 || parts.size() > 3) throw usage_error{"--sizes: expected MIN:MAX or MIN:MAX:FACTOR"};
-            o.min_bytes = parse_bytes(parts[0], arg);
-            o.max_bytes = parse_bytes(parts[1], arg);
-            if (parts.size() == 3) o.factor = double(parse_int(parts[2], arg, 2, 1 << 20));
-        } else if (arg == "-b" || arg == "--minbytes") o.min_bytes = parse_bytes(value, arg);
-        else if (arg == "-e" || arg == "--maxbytes") o.max_bytes = parse_bytes(value, arg);
-        else if (arg == "-f" || arg == "--stepfactor") o.factor = double(parse_int(value, arg, 2, 1 << 20));
-        else if (arg == "--scale-size") o.scale_bytes = parse_bytes(value, arg);
-        else if (arg == "--csv") o.csv_path = value;
+    for (const chorus_cli::given_option& g : line.given) {
+        const std::string_view v = g.value;
+        const std::string& flag = g.flag;
+        if (g.is("nodes")) o.nodes = long(parse_int(v, flag, 1, 1 << 20));
+        else if (g.is("gpus-per-node") || g.is("ranks-per-node")) o.per_node = long(parse_int(v, flag, 1, 1 << 16));
+        else if (g.is("ranks")) o.ranks = long(parse_int(v, flag, 1, 1 << 24));
+        else if (g.is("model")) o.model_path = v;
+        else if (g.is("intra-lat")) o.intra_lat_us = parse_number(v, flag);
+        else if (g.is("intra-bw")) o.intra_bw = parse_number(v, flag);
+        else if (g.is("inter-lat")) o.inter_lat_us = parse_number(v, flag);
+        else if (g.is("inter-bw")) o.inter_bw = parse_number(v, flag);
+        else if (g.is("reduce-bw")) o.reduce_bw = parse_number(v, flag);
+        else if (g.is("channels")) o.channels = long(parse_int(v, flag, 1, 64));
+        else if (g.is("chunk-bytes")) o.chunk_bytes = double(parse_bytes(v, flag));
+        else if (g.is("collective") || g.is("collectives"))
+            o.colls = chorus_cli::parse_names(v, flag, "collective", sim_collectives, chorus::collective_name);
+        else if (g.is("algos"))
+            o.algos = chorus_cli::parse_names(v, flag, "algorithm", model::all_algorithms, model::algorithm_name);
+        else if (g.is("sizes")) {
+            const auto parts = chorus_cli::split_list(v, ':');
+            if (parts.size() < 2 || parts.size() > 3)
+                throw usage_error{chorus_cli::cat(flag, ": expected MIN:MAX or MIN:MAX:FACTOR")};
+            o.min_bytes = double(parse_bytes(parts[0], flag));
+            o.max_bytes = double(parse_bytes(parts[1], flag));
+            if (parts.size() == 3) o.factor = double(parse_int(parts[2], flag, 2, 1 << 20));
+        } else if (g.is("minbytes")) o.min_bytes = double(parse_bytes(v, flag));
+        else if (g.is("maxbytes")) o.max_bytes = double(parse_bytes(v, flag));
+        else if (g.is("stepfactor")) o.factor = double(parse_int(v, flag, 2, 1 << 20));
+        else if (g.is("scale-size")) o.scale_bytes = double(parse_bytes(v, flag));
+        else if (g.is("csv")) o.csv_path = v;
+        else if (g.is("check")) o.check = true;
+        else chorus_cli::unhandled(g);
     }
     if (o.min_bytes < 1) throw usage_error{"the smallest size must be at least 1 byte"};
     if (o.min_bytes > o.max_bytes) throw usage_error{"the smallest size is larger than the largest"};
-    if (o.algos.empty()) throw usage_error{"--algos: no algorithm"};
     if (o.nodes > 0 && o.ranks > 0) throw usage_error{"give --nodes or --ranks, not both"};
 
     // The machine: defaults < model file < flags.
