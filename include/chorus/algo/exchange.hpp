@@ -197,7 +197,13 @@ struct exchange_schedule {
         }
         const std::uint64_t pulls = std::uint64_t(n) * K;
         if (p == pulls) { // staged: every peer has pulled from our input
+            // On every channel: a reader splits a block over channels by
+            // its output offsets, this rank what it overwrites by its own,
+            // and the aligned splits need not agree, so an element this
+            // channel rewrites may be read on another (found by the
+            // independent-channel simulator, tests/unit/schedule_sim.hpp).
             s.waits[0] = everyone(pulls);
+            s.waits[0].every_channel = true;
             return s;
         }
         const bool second = p > pulls; // staged: scratch -> out
