@@ -349,12 +349,7 @@ private:
         };
         add(s.dst, true);
         if (s.dst2.loc != where::none) add(s.dst2, true);
-        if (s.fan_in >= 2) {
-            for (int q = 0; q < int(s.fan_in); ++q) add({s.source_rank(q), s.src0.loc, s.src0.offset}, false);
-        } else {
-            add(s.src0, false);
-            if (s.src1.loc != where::none) add(s.src1, false);
-        }
+        chorus::for_each_source(s, [&](const operand& o) { add(o, false); });
     }
 
     //! The checks on the units that could run now: the buffers they touch

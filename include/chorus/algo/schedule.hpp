@@ -87,7 +87,21 @@ struct step {
 
     //! Rank of fan-in source q.
     CHORUS_HD constexpr int source_rank(int q) const { return src0.rank + q * int(fan_stride); }
+    //! Fan-in source q: src0's slice in rank source_rank(q)'s buffer.
+    CHORUS_HD constexpr operand fan_source(int q) const { return {source_rank(q), src0.loc, src0.offset}; }
 };
+
+//! Calls f(operand) for each source of `s` in the order the step combines
+//! them: fan-in sources q = 0..fan_in-1, else src0 then src1.
+template <class F>
+constexpr void for_each_source(const step& s, F&& f) {
+    if (s.fan_in >= 2) {
+        for (int q = 0; q < int(s.fan_in); ++q) f(s.fan_source(q));
+        return;
+    }
+    if (s.src0.loc != where::none) f(s.src0);
+    if (s.src1.loc != where::none) f(s.src1);
+}
 
 namespace model {
 struct topology;

@@ -82,18 +82,6 @@ inline void mpi_check(int rc, const char* what) {
     throw error(errc::internal, std::string("chorus: ") + what + " failed: " + msg);
 }
 
-//! Calls f(operand) for each source of `s` in the order the step combines
-//! them: fan-in sources q = 0..fan_in-1, else src0 then src1.
-template <class F>
-void for_each_source(const step& s, F&& f) {
-    if (s.fan_in >= 2) {
-        for (int q = 0; q < int(s.fan_in); ++q) f(operand{s.source_rank(q), s.src0.loc, s.src0.offset});
-        return;
-    }
-    if (s.src0.loc != where::none) f(s.src0);
-    if (s.src1.loc != where::none) f(s.src1);
-}
-
 //! One transfer: a contiguous slice of the sender's buffer `loc`.
 struct sched_xfer {
     int peer = -1;             //!< the receiver (send list) or the sender (receive list)

@@ -508,7 +508,7 @@ struct communicator<threads>::env {
             thread_local std::vector<const void*> srcs; // grows once per thread
             srcs.resize(s.fan_in);
             for (int q = 0; q < int(s.fan_in); ++q) {
-                srcs[std::size_t(q)] = base({s.source_rank(q), s.src0.loc, s.src0.offset});
+                srcs[std::size_t(q)] = base(s.fan_source(q));
                 if (srcs[std::size_t(q)] == nullptr) return detail::status::mismatch;
             }
             if (dst == nullptr || (s.dst2.loc != where::none && dst2 == nullptr)) return detail::status::mismatch;

@@ -220,7 +220,7 @@ struct lane_env {
         const T* pair[2];
         if (s.fan_in >= 2) {
             for (int q = lanes.id(); q < int(s.fan_in); q += lanes.count())
-                sh.fan[q] = base({s.source_rank(q), s.src0.loc, s.src0.offset}, channel);
+                sh.fan[q] = base(s.fan_source(q), channel);
             lanes.sync();
             a.src = sh.fan;
             a.nsrc = s.fan_in;
