@@ -144,13 +144,21 @@ struct automatic {
     //! The algorithm automatic runs for this call; `memo` (optional)
     //! remembers choices across calls of one caller.
     static model::algorithm choose(const schedule_args& a, detail::choice_memo* memo = nullptr) {
-        using model::algorithm;
-        if (a.nranks <= 1 || a.coll == collective::barrier || is_exchange(a.coll)) return algorithm::direct;
+        if (a.nranks <= 1 || a.coll == collective::barrier || is_exchange(a.coll)) return model::algorithm::direct;
         const model::topology& t = detail::choice_topology(a);
-        const double figures = memo != nullptr ? detail::auto_memo::figures_of(t) : 0.0;
-        detail::auto_memo scratch{};
-        detail::auto_memo& m = memo != nullptr ? memo->entry[detail::auto_memo::slot(a)] : scratch;
-        if (memo != nullptr && m.matches(a, &t, figures)) return m.which;
+        if (memo == nullptr) return pick(a, t);
+        const double figures = detail::auto_memo::figures_of(t);
+        detail::auto_memo& m = memo->entry[detail::auto_memo::slot(a)];
+        if (!m.matches(a, &t, figures))
+            m = detail::auto_memo{&t, figures, a.count * a.elem_bytes, a.scratch_limit_bytes, a.nranks,
+                                  a.node_size, a.coll, a.commutative, a.in_place, true, pick(a, t)};
+        return m.which;
+    }
+
+private:
+    //! The model's pick among the candidates whose scratch fits.
+    static model::algorithm pick(const schedule_args& a, const model::topology& t) {
+        using model::algorithm;
         algorithm cand[model::algorithm_count]{};
         int k = detail::auto_candidates(a, t, cand);
         const int rpn = detail::choice_ranks_per_node(a, t);
@@ -164,13 +172,8 @@ struct automatic {
                 if (cand[i] != which) cand[j++] = cand[i];
             k = j;
         }
-        m = detail::auto_memo{&t, figures, a.count * a.elem_bytes,
-                                 a.scratch_limit_bytes, a.nranks, a.node_size, a.coll, a.commutative, a.in_place,
-                                 true, which};
         return which;
     }
-
-private:
     static bool fits(model::algorithm which, const schedule_args& a) {
         return a.scratch_limit_bytes == 0 ||
                make_fixed_schedule(policy::fixed(which), a).scratch_elems() * a.elem_bytes <= a.scratch_limit_bytes;
@@ -236,6 +239,8 @@ public:
         }
         return sch_;
     }
+    //! The choices automatic made for this memo's owner (make() uses them too).
+    choice_memo& choices() { return choices_; }
 
 private:
     policy pol_{};

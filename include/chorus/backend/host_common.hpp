@@ -157,8 +157,6 @@ private:
     std::size_t bytes_ = 0;
 };
 
-//! Fills the comparable part of `d` (what checked mode compares) for one
-//! call of collective `coll` with element type and operator `t` and policy `p`.
 //! Host backends order calls by issue on their host stream: a stream
 //! argument (core/communicator.hpp) is refused, naming it.
 inline void refuse_stream(collective coll, stream_arg stream) {
@@ -168,6 +166,8 @@ inline void refuse_stream(collective coll, stream_arg stream) {
                                                 "no stream (CUDA streams are for communicator<gpu::device>)");
 }
 
+//! Fills the comparable part of `d` (what checked mode compares) for one
+//! call of collective `coll` with element type and operator `t` and policy `p`.
 inline void describe_call(descriptor& d, collective coll, std::uint64_t seq, std::uint64_t count, int root,
                           int channels, const call_types& t, const policy& p) {
     d.seq = seq;

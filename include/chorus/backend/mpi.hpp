@@ -748,7 +748,6 @@ private:
     int tag_ub_ = 32767;                  //!< MPI_TAG_UB (at least 32767 by the standard)
     int sched_node_size_ = 0;             //!< schedule_args::node_size (0: no regular node split)
     model::topology topo_{};              //!< schedule_args::topo: what automatic plans against
-    detail::choice_memo choices_{};       //!< automatic's recent choices (calls run in order)
     detail::sched_plan plan_;
     //! What plan_ was built for (every rank's schedule out of place), so a
     //! repeated call (the same buckets every step) skips walking n
@@ -757,7 +756,7 @@ private:
     policy plan_pol_{};
     schedule_args plan_args_{};
     bool plan_valid_ = false;
-    detail::schedule_memo schedules_; //!< this rank's last schedule
+    detail::schedule_memo schedules_; //!< this rank's last schedule, and automatic's recent choices
     detail::scratch_buffer sched_scratch_; //!< the schedules' scratch
     detail::scratch_buffer staging_;       //!< received data (kept while a failed call may still write it)
     // send/recv
@@ -1291,7 +1290,7 @@ void communicator<mpi>::run(const policy& pol, collective coll, const T* in, T* 
     // (their schedules' ring phases push), and so do automatic's picks of
     // ring (ring<>) and hierarchical (hierarchical<>); the rest as schedules.
     if (pol.choose && !pol.deterministic) {
-        const algorithm which = automatic::choose(args, &choices_);
+        const algorithm which = automatic::choose(args, &schedules_.choices());
         if (which == algorithm::ring || which == algorithm::hierarchical)
             run_engine<T, Op>(policy::fixed(which), coll, in, out, count, op, root, deadline, cs);
         else
@@ -1346,7 +1345,7 @@ void communicator<mpi>::run_engine(const policy& pol, collective coll, const T* 
 }
 
 //! Every other policy: its schedule on the schedule executor
-//! (mpi_schedule.hpp). `make(args)` plans one rank's schedule.
+//! (mpi_schedule.hpp).
 template <class T, class Op>
 void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T* in, T* out, const Op& op,
                                      const schedule_args& args, std::chrono::steady_clock::time_point deadline,
@@ -1361,21 +1360,21 @@ void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T
     auto schedule_of = [&](int q) {
         schedule_args a = key;
         a.rank = q;
-        return make_schedule(pol, a, &choices_);
+        return make_schedule(pol, a, &schedules_.choices());
     };
-    plan_valid_ = planned;
-    if (!planned && !plan_.build(schedule_of, rank_, size_, sizeof(T))) {
-        // Every rank walks every rank's schedule, so every rank refuses the
-        // call here, before anything moved: the communicator stays usable.
-        const auto& p = plan_.push;
-        throw error(errc::internal,
-                    std::string("chorus::") + head_name + ": algorithm " + detail::policy_name(pol) + ": rank " +
-                        std::to_string(p.rank) + "'s unit " + std::to_string(p.unit) + " of channel " +
-                        std::to_string(p.channel) + " writes rank " + std::to_string(p.target) +
-                        "'s buffer (a push), which communicator<mpi>'s schedule executor does not run "
-                        "(ring<> and hierarchical<Intra, ring<>> run on its engine)");
-    }
     if (!planned) {
+        plan_valid_ = false;
+        if (!plan_.build(schedule_of, rank_, size_, sizeof(T))) {
+            // Every rank walks every rank's schedule, so every rank refuses the
+            // call here, before anything moved: the communicator stays usable.
+            const auto& p = plan_.push;
+            throw error(errc::internal,
+                        std::string("chorus::") + head_name + ": algorithm " + detail::policy_name(pol) + ": rank " +
+                            std::to_string(p.rank) + "'s unit " + std::to_string(p.unit) + " of channel " +
+                            std::to_string(p.channel) + " writes rank " + std::to_string(p.target) +
+                            "'s buffer (a push), which communicator<mpi>'s schedule executor does not run "
+                            "(ring<> and hierarchical<Intra, ring<>> run on its engine)");
+        }
         plan_pol_ = pol;
         plan_args_ = key;
         plan_valid_ = true;
@@ -1411,7 +1410,8 @@ void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T
     if (bad < 0) bad = e.bad_peer;
     if (st == detail::status::timeout)
         fail_call(head_name, errc::timeout,
-                  detail::timed_out_waiting(cs.timeout.count(), detail::rank_text(bad)) + " (" + doing + ", algorithm " + detail::policy_name(pol) + ")");
+                  detail::timed_out_waiting(cs.timeout.count(), detail::rank_text(bad)) + " (" + doing +
+                      ", algorithm " + detail::policy_name(pol) + ")");
     if (st == detail::status::peer_exited && bad >= 0)
         fail_call(head_name, errc::peer_failed,
                   "rank " + std::to_string(bad) + " (process " + std::to_string(pids_[static_cast<std::size_t>(bad)]) +

@@ -613,8 +613,9 @@ inline void communicator<threads>::run_schedule(const policy& pol, const any_sch
                 absent += (absent.empty() ? "" : ", ") + std::to_string(r);
         const std::string missing =
             absent.empty() ? std::string("every rank has entered it") : "ranks that have not joined it: " + absent;
-        msg = detail::timed_out_waiting(timeout_.count(), detail::rank_text(e.bad_peer)) + " (channel " + std::to_string(e.bad_channel) + ", unit " +
-              std::to_string(e.bad_units) + " of " + std::to_string(sch.units()) + "); " + missing;
+        msg = detail::timed_out_waiting(timeout_.count(), detail::rank_text(e.bad_peer)) + " (channel " +
+              std::to_string(e.bad_channel) + ", unit " + std::to_string(e.bad_units) + " of " +
+              std::to_string(sch.units()) + "); " + missing;
         w.abort(errc::timeout, "rank " + std::to_string(rank_) + " timed out in " + collective_name(coll) +
                                    " waiting for rank " + std::to_string(e.bad_peer) + "; " + missing);
     } else if (st == detail::status::peer_exited) {
