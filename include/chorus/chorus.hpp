@@ -23,7 +23,7 @@
 #include "algo/any_schedule.hpp"
 #include "algo/automatic.hpp"
 #include "async/future.hpp"
-#include "backend/threads.hpp"
+#include "comm/run_threads.hpp"
 #include "collectives/all_reduce.hpp"
 #include "collectives/all_gather.hpp"
 #include "collectives/reduce_scatter.hpp"

@@ -6,5 +6,5 @@
 //! with -std=c++20 (and --extended-lambda for lambda operators).
 
 #include "chorus.hpp"
-#include "backend/gpu.hpp"
+#include "comm/make_communicators.hpp"
 #include "collectives/gpu_stream.hpp"

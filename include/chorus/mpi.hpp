@@ -6,3 +6,9 @@
 
 #include "chorus.hpp"
 #include "backend/mpi.hpp"
+#include "comm/communicator.hpp"
+
+namespace chorus {
+// The contract of core/communicator.hpp, for one element type and operator.
+static_assert(detail::collective_backend<communicator<mpi>, float, sum>);
+} // namespace chorus

@@ -2,11 +2,14 @@
 # chorus headers), checked against the layers the folders promise:
 #
 #   core  <  ops, plan, async  <  model  <  algo  <  exec  <  kernels
-#         <  backend  <  collectives  <  train  <  the top-level headers
+#         <  backend  <  comm  <  collectives  <  train  <  the top-level headers
 #
 # A header may include headers of its own layer or of layers to its left,
 # never to its right: no algorithm in core/ops/model, no backend in algo/ or
-# exec/, no collective call in a backend. And no cycle among the headers.
+# exec/, no collective call in a backend. backend/ holds the transports;
+# they may use the step vocabulary of algo/ (schedule.hpp, policy.hpp) but
+# no algorithm (the communicator in comm/ turns a policy into a schedule).
+# And no cycle among the headers.
 # Prints every header's line count, largest first (the layer it is in and
 # what it includes), so the closing note of a change can quote it.
 #   cmake -DINCLUDE=<include dir> -P check_include_graph.cmake
@@ -24,9 +27,10 @@ set(_rank_algo 3)
 set(_rank_exec 4)
 set(_rank_kernels 5)
 set(_rank_backend 6)
-set(_rank_collectives 7)
-set(_rank_train 8)
-set(_rank_top 9)
+set(_rank_comm 7)
+set(_rank_collectives 8)
+set(_rank_train 9)
+set(_rank_top 10)
 
 function(_layer_of file out)
   if(file MATCHES "^chorus/([a-z_]+)/")
@@ -66,6 +70,9 @@ foreach(h IN LISTS headers)
     _layer_of("${target}" tlayer)
     if(DEFINED _rank_${tlayer} AND _rank_${tlayer} GREATER _rank_${layer})
       string(APPEND bad "  ${h} (${layer}) includes ${target} (${tlayer}): a higher layer\n")
+    endif()
+    if(layer STREQUAL "backend" AND tlayer STREQUAL "algo" AND NOT target MATCHES "^chorus/algo/(schedule|policy)\\.hpp$")
+      string(APPEND bad "  ${h} includes ${target}: a transport includes no algorithm\n")
     endif()
   endforeach()
   math(EXPR key "100000 + ${nlines}")

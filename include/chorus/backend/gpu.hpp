@@ -40,8 +40,6 @@
 #include <string>
 #include <vector>
 
-#include "../algo/any_schedule.hpp"
-#include "../algo/automatic.hpp"
 #include "../async/future.hpp"
 #include "../core/communicator.hpp"
 #include "../core/error.hpp"
@@ -53,14 +51,26 @@
 #include "../ops/traits.hpp"
 #include "gpu_checks.hpp"
 #include "host_common.hpp"
+#include "transport.hpp"
 
 namespace chorus {
 
 namespace gpu {
 
+} // namespace gpu
+namespace detail {
+class gpu_transport;
+}
+namespace gpu {
+
 //! Backend tag: ranks are CUDA devices (or virtual ranks sharing one).
+//! communicator<gpu::device> runs on detail::gpu_transport; api<> adds
+//! the rank's device and stream.
 struct device {
     static constexpr const char* name = "gpu";
+    using transport = detail::gpu_transport;
+    template <class Comm>
+    class api;
 };
 
 //! A GPU rank's communicator: chorus::communicator<chorus::gpu::device>.
@@ -198,17 +208,23 @@ struct gpu_world {
 
 } // namespace detail
 
-//! A rank of a GPU communicator. A cheap, movable handle; every rank of a
-//! make_communicators call shares one world. All ranks must issue the same
-//! collectives in the same order; one rank's calls must be ordered (one
-//! stream, or streams joined by events).
-template <>
-class communicator<gpu::device> : public detail::host_call_options {
+namespace detail {
+
+//! The GPU transport (backend/transport.hpp): a rank of a gpu_world. A
+//! cheap handle; every rank of a make_communicators call shares one world.
+//! One rank's calls must be ordered (one stream, or streams joined by events).
+class gpu_transport {
 public:
-    communicator(std::shared_ptr<detail::gpu_world> world, int rank) : world_(std::move(world)), rank_(rank) {}
+    using ordering = stream_ordered;
+
+    gpu_transport(std::shared_ptr<gpu_world> world, int rank) : world_(std::move(world)), rank_(rank) {}
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return world_->n; }
+    int node_size() const noexcept { return world_->node_size; }
+    const model::topology& topology() const noexcept { return world_->topo; }
+    //! Scratch was allocated once per rank: automatic leaves out what needs more.
+    std::uint64_t scratch_limit_bytes() const noexcept { return world_->scratch_bytes; }
     //! The CUDA device this rank runs on.
     int device() const noexcept { return world_->dev[std::size_t(rank_)]; }
     //! The stream calls without a stream argument use (owned by chorus).
@@ -216,129 +232,111 @@ public:
 
     //! Stops every running and future collective of every rank: waiting
     //! kernels exit at their next poll; later calls throw.
-    void abort(const std::string& why = "comm.abort() called") {
-        world_->abort("rank " + std::to_string(rank_) + ": " + why);
-    }
+    void abort(errc, const std::string& why) { world_->abort(why); }
     bool broken() const { return world_->aborted(); }
+    std::string reason() const {
+        std::lock_guard<std::mutex> lk(world_->m);
+        return world_->reason.empty() ? std::string("another rank failed") : world_->reason;
+    }
 
     //! Waits for everything issued on this rank's own stream, then throws if
     //! any collective of this rank failed.
-    void synchronize() {
-        detail::device_guard g(device());
-        detail::cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
+    void synchronize() const {
+        device_guard g(device());
+        cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
         check();
     }
     //! Throws if a collective of this rank has failed (after the stream
     //! work it depends on has finished: synchronize the stream first).
     void check() const {
-        const detail::lane_fault& f = world_->faults[std::size_t(rank_)];
-        if (f.code != 0) throw_fault();
-        if (world_->aborted()) {
-            std::lock_guard<std::mutex> lk(world_->m);
-            throw error(errc::aborted, "chorus::gpu: the communicator is broken (" +
-                                           (world_->reason.empty() ? std::string("another rank failed") : world_->reason) +
-                                           "); make new communicators");
+        const lane_fault& f = world_->faults[std::size_t(rank_)];
+        if (f.code != 0) {
+            std::string why;
+            {
+                std::lock_guard<std::mutex> lk(world_->m);
+                why = world_->reason;
+            }
+            throw gpu_fault_error(rank_, world_->faults, world_->n, why);
         }
+        if (world_->aborted())
+            throw error(errc::aborted, "chorus::gpu: the communicator is broken (" + reason() + "); make new communicators");
     }
 
-    //! \internal Enqueues one collective on `stream` (the stream-ordered
-    //! forms, collectives/gpu_stream.hpp) or on the communicator's own
-    //! stream. Buffers were validated by the caller.
-    template <class T, class Op>
-    future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-                  bool async, detail::stream_arg stream = {});
-
-private:
-    [[noreturn]] void throw_fault() const {
-        std::string reason;
-        {
-            std::lock_guard<std::mutex> lk(world_->m);
-            reason = world_->reason;
-        }
-        throw detail::gpu_fault_error(rank_, world_->faults, world_->n, reason);
-    }
-
-    std::shared_ptr<detail::gpu_world> world_;
-    int rank_ = 0;
-    detail::choice_memo choices_{}; //!< automatic's recent choices (launches come from one host thread)
-};
-
-template <class T, class Op>
-future communicator<gpu::device>::launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
-                                         const Op& op, int root, bool async, detail::stream_arg stream_a) {
-    const bool user = stream_a.given;
-    cudaStream_t s = user ? static_cast<cudaStream_t>(stream_a.handle) : stream();
-    if (world_->aborted()) check();
-    const int dev = device();
-    detail::device_guard guard(dev);
-    const int n = size();
-    if (count != 0) {
+    //! Buffers must be device memory of this rank's device (or managed).
+    void check_launch(collective coll, const void* in, const void* out, std::uint64_t count, bool) const {
+        if (count == 0) return;
+        device_guard guard(device());
         int pd = -1;
         const char* in_name = coll == collective::broadcast ? "buf" : "in";
-        detail::check_gpu_buffer(coll, in_name, detail::query_memory(in, pd), pd, dev);
+        check_gpu_buffer(coll, in_name, query_memory(in, pd), pd, device());
         // Reduce: a rank other than the root passes no `out` (null here).
         if (coll != collective::broadcast && !(coll == collective::reduce && out == nullptr))
-            detail::check_gpu_buffer(coll, "out", detail::query_memory(out, pd), pd, dev);
-    }
-    const detail::call_settings cs = issue();
-
-    // One kernel per (element type, operator) runs every policy's schedule.
-    auto enqueue = [&](const any_schedule& sch, const policy& p) {
-        detail::lane_launch<T, Op, any_schedule> L{};
-        L.sch = sch;
-        L.world = {world_->table_for(dev), world_->abort_word, world_->faults, n};
-        L.rank = rank_;
-        L.in = in;
-        L.out = out;
-        const std::uint64_t need = sch.scratch_elems() * sizeof(T);
-        if (need > world_->scratch_bytes)
-            throw error(errc::invalid_argument,
-                        std::string("chorus::") + collective_name(coll) + ": this call needs " + std::to_string(need) +
-                            " bytes of scratch per rank but the communicators were made with " +
-                            std::to_string(world_->scratch_bytes) + " (gpu::options::scratch_bytes)");
-        L.scratch = static_cast<T*>(world_->scratch[std::size_t(rank_)]);
-        L.sig = {count, std::uint64_t(coll) | std::uint64_t(std::uint32_t(sch.channels())) << 8 |
-                            std::uint64_t(std::uint32_t(root)) << 32,
-                 detail::type_hash<T>(), detail::type_hash<Op>(), p.id()};
-        L.timeout_ns = std::uint64_t(cs.timeout.count()) * 1000000ull;
-        L.checked = cs.checked;
-        L.op = op;
-        // The blocks of every rank on this device spin on each other: all of
-        // them must be resident at once, or the collective could only time out.
-        const int blocks = world_->ranks_on_device(dev) * sch.channels();
-        const int resident = detail::resident_blocks(detail::collective_kernel<T, Op>, dev);
-        if (blocks > resident)
-            throw error(errc::invalid_argument,
-                        std::string("chorus::") + collective_name(coll) + ": " +
-                            std::to_string(world_->ranks_on_device(dev)) + " rank(s) on device " + std::to_string(dev) +
-                            " x " + std::to_string(sch.channels()) + " channel(s) need " + std::to_string(blocks) +
-                            " resident thread blocks, but the device holds " + std::to_string(resident) +
-                            " of this kernel at once; use fewer channels (Algo's params) or fewer ranks per device");
-        detail::collective_kernel<T, Op><<<sch.channels(), detail::collective_block_threads, 0, s>>>(L);
-        detail::cuda_check(cudaGetLastError(), "launching the collective kernel");
-    };
-
-    if (coll == collective::barrier) {
-        // Every rank registers and waits for every other: a direct<>
-        // AllReduce of nothing.
-        const policy d = policy::fixed(algorithm::direct);
-        enqueue(make_fixed_schedule(d, schedule_args{collective::all_reduce, rank_, n, 0, 0, 1, false, 0}), d);
-    } else {
-        schedule_args a{coll, rank_, n, root, count, sizeof(T), false, world_->node_size};
-        a.in_place = in_place_call<T>(coll, in, out, rank_, count);
-        a.commutative = op_traits<Op>::commutative;
-        a.topo = &world_->topo;
-        a.scratch_limit_bytes = world_->scratch_bytes;
-        enqueue(make_schedule(pol, a, &choices_), pol);
+            check_gpu_buffer(coll, "out", query_memory(out, pd), pd, device());
     }
 
-    if (!async) {
-        if (!user) synchronize(); // a call without a stream: wait, and report
-        return future();
-    }
+    //! Enqueues one collective on `stream` (null: the rank's own): one
+    //! kernel per (element type, operator) runs every policy's schedule.
+    template <class T, class Op, class Schedules>
+    void enqueue(const call& c, const Op& op, Schedules& s, void* stream);
+
+    //! A future that completes when `stream` (null: the rank's own) has
+    //! run everything enqueued so far, and reports this rank's faults.
+    future completion(void* stream) const;
+
+private:
+    std::shared_ptr<gpu_world> world_;
+    int rank_ = 0;
+};
+
+template <class T, class Op, class Schedules>
+void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* stream_handle) {
+    cudaStream_t st = stream_handle != nullptr ? static_cast<cudaStream_t>(stream_handle) : stream();
+    const int dev = device();
+    device_guard guard(dev);
+    const collective coll = c.coll;
+    const auto& sch = s.mine();
+    lane_launch<T, Op, std::remove_cvref_t<decltype(sch)>> L{};
+    L.sch = sch;
+    L.world = {world_->table_for(dev), world_->abort_word, world_->faults, size()};
+    L.rank = rank_;
+    L.in = static_cast<const T*>(c.in);
+    L.out = static_cast<T*>(c.out);
+    const std::uint64_t need = sch.scratch_elems() * sizeof(T);
+    if (need > world_->scratch_bytes)
+        throw error(errc::invalid_argument,
+                    std::string("chorus::") + collective_name(coll) + ": this call needs " + std::to_string(need) +
+                        " bytes of scratch per rank but the communicators were made with " +
+                        std::to_string(world_->scratch_bytes) + " (gpu::options::scratch_bytes)");
+    L.scratch = static_cast<T*>(world_->scratch[std::size_t(rank_)]);
+    // What ranks compare: a barrier runs (and names) the direct<> schedule.
+    const policy& p = coll == collective::barrier ? c.planned : c.pol;
+    L.sig = {c.count, std::uint64_t(coll) | std::uint64_t(std::uint32_t(sch.channels())) << 8 |
+                          std::uint64_t(std::uint32_t(c.root)) << 32,
+             c.types.type_id, c.types.op_id, p.id()};
+    L.timeout_ns = std::uint64_t(c.settings.timeout.count()) * 1000000ull;
+    L.checked = c.settings.checked;
+    L.op = op;
+    // The blocks of every rank on this device spin on each other: all of
+    // them must be resident at once, or the collective could only time out.
+    const int blocks = world_->ranks_on_device(dev) * sch.channels();
+    const int resident = resident_blocks(collective_kernel<T, Op>, dev);
+    if (blocks > resident)
+        throw error(errc::invalid_argument,
+                    std::string("chorus::") + collective_name(coll) + ": " +
+                        std::to_string(world_->ranks_on_device(dev)) + " rank(s) on device " + std::to_string(dev) +
+                        " x " + std::to_string(sch.channels()) + " channel(s) need " + std::to_string(blocks) +
+                        " resident thread blocks, but the device holds " + std::to_string(resident) +
+                        " of this kernel at once; use fewer channels (Algo's params) or fewer ranks per device");
+    collective_kernel<T, Op><<<sch.channels(), collective_block_threads, 0, st>>>(L);
+    cuda_check(cudaGetLastError(), "launching the collective kernel");
+}
+
+inline future gpu_transport::completion(void* stream_handle) const {
+    cudaStream_t st = stream_handle != nullptr ? static_cast<cudaStream_t>(stream_handle) : stream();
+    device_guard guard(device());
     cudaEvent_t ev = nullptr;
-    detail::cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
-    detail::cuda_check(cudaEventRecord(ev, s), "cudaEventRecord");
+    cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaEventRecord(ev, st), "cudaEventRecord");
     auto state = std::shared_ptr<detail::completion>(new detail::completion(), [ev](detail::completion* c) {
         (void)cudaEventDestroy(ev);
         delete c;
@@ -346,11 +344,11 @@ future communicator<gpu::device>::launch(const policy& pol, collective coll, con
     state->device_event = ev;
     std::weak_ptr<detail::completion> weak = state;
     state->drive = [weak, ev, self = *this](bool block) {
-        auto st = weak.lock();
-        if (!st) return;
+        auto sp = weak.lock();
+        if (!sp) return;
         {
-            std::lock_guard<std::mutex> lk(st->m);
-            if (st->done) return;
+            std::lock_guard<std::mutex> lk(sp->m);
+            if (sp->done) return;
         }
         cudaError_t e = block ? cudaEventSynchronize(ev) : cudaEventQuery(ev);
         if (e == cudaErrorNotReady) {
@@ -359,21 +357,40 @@ future communicator<gpu::device>::launch(const policy& pol, collective coll, con
         }
         std::exception_ptr err;
         try {
-            if (e != cudaSuccess) detail::throw_cuda(e, "waiting for a collective");
+            if (e != cudaSuccess) throw_cuda(e, "waiting for a collective");
             self.check();
         } catch (...) {
             err = std::current_exception();
         }
-        st->complete(err);
+        sp->complete(err);
     };
     return future(std::move(state));
 }
 
-namespace gpu {
+//! Allocates what the ranks on `devices` share (see the file comment).
+inline std::shared_ptr<gpu_world> make_gpu_world(const std::vector<int>& devices, const gpu::options& opt);
 
-//! Makes one communicator per entry of `devices` (a device id may repeat:
-//! several ranks on one GPU). Rank r runs on devices[r].
-inline std::vector<communicator> make_communicators(const std::vector<int>& devices, const options& opt = {}) {
+} // namespace detail
+
+//! What only GPU communicators have: the rank's device and own stream, and
+//! a check for failures of calls issued on other streams.
+template <class Comm>
+class gpu::device::api {
+public:
+    //! The CUDA device this rank runs on.
+    int device() const noexcept { return t().device(); }
+    //! The stream calls without a stream argument use (owned by chorus).
+    cudaStream_t stream() const noexcept { return t().stream(); }
+    //! Throws if a collective of this rank has failed (after the stream
+    //! work it depends on has finished: synchronize the stream first).
+    void check() const { t().check(); }
+
+private:
+    const detail::gpu_transport& t() const { return static_cast<const Comm&>(*this).transport(); }
+};
+
+inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vector<int>& devices,
+                                                                 const gpu::options& opt) {
     using detail::cuda_check;
     if (devices.empty()) throw error(errc::invalid_argument, "chorus::gpu::make_communicators: `devices` is empty");
     if (int(devices.size()) > detail::max_lane_ranks)
@@ -449,11 +466,10 @@ inline std::vector<communicator> make_communicators(const std::vector<int>& devi
         cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
     }
     (void)cudaSetDevice(prev);
-    std::vector<communicator> comms;
-    comms.reserve(devices.size());
-    for (int r = 0; r < int(devices.size()); ++r) comms.emplace_back(w, r);
-    return comms;
+    return w;
 }
+
+namespace gpu {
 
 //! Makes `stream` wait (on the device) until the collective behind `f` has finished.
 inline void stream_wait(cudaStream_t stream, const future& f) {
@@ -466,8 +482,5 @@ inline void stream_wait(cudaStream_t stream, const future& f) {
 }
 
 } // namespace gpu
-
-// The contract of core/communicator.hpp, for one element type and operator.
-static_assert(detail::collective_backend<gpu::communicator, float, sum>);
 
 } // namespace chorus

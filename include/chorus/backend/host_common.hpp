@@ -20,6 +20,7 @@
 #include "../core/element.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_kernel.hpp"
+#include "transport.hpp"
 #include "../ops/traits.hpp"
 
 namespace chorus::detail {
@@ -105,16 +106,6 @@ inline const char* policy_name(const policy& p) {
     return found;
 }
 
-//! Checked mode default: CHORUS_CHECK=1/0, else on in debug builds.
-inline bool default_checked() {
-    if (const char* s = std::getenv("CHORUS_CHECK")) return s[0] != '\0' && s[0] != '0';
-#if defined(NDEBUG)
-    return false;
-#else
-    return true;
-#endif
-}
-
 //! A fingerprint of a "v" collective's counts array (FNV-1a over the
 //! entries and their number), never 0; 0 stands for "no counts".
 inline std::uint64_t counts_hash(const std::uint64_t* counts, std::size_t entries) {
@@ -125,15 +116,6 @@ inline std::uint64_t counts_hash(const std::uint64_t* counts, std::size_t entrie
     mix(entries);
     for (std::size_t i = 0; i < entries; ++i) mix(counts[i]);
     return h == 0 ? 1 : h;
-}
-
-inline std::chrono::milliseconds default_timeout() {
-    if (const char* s = std::getenv("CHORUS_TIMEOUT_MS")) {
-        char* end = nullptr;
-        const long long v = std::strtoll(s, &end, 10);
-        if (end != s && v > 0) return std::chrono::milliseconds(v);
-    }
-    return std::chrono::minutes(5);
 }
 
 //! Scratch memory a rank registers: grown on demand (never per call once
@@ -157,15 +139,6 @@ private:
     std::size_t bytes_ = 0;
 };
 
-//! Host backends order calls by issue on their host stream: a stream
-//! argument (core/communicator.hpp) is refused, naming it.
-inline void refuse_stream(collective coll, stream_arg stream) {
-    if (stream.given)
-        throw error(errc::invalid_argument, std::string("chorus::") + collective_name(coll) +
-                                                ": `stream`: this backend orders calls on its host stream and takes "
-                                                "no stream (CUDA streams are for communicator<gpu::device>)");
-}
-
 //! Fills the comparable part of `d` (what checked mode compares) for one
 //! call of collective `coll` with element type and operator `t` and policy `p`.
 inline void describe_call(descriptor& d, collective coll, std::uint64_t seq, std::uint64_t count, int root,
@@ -183,45 +156,6 @@ inline void describe_call(descriptor& d, collective coll, std::uint64_t seq, std
     d.op_name = t.op_name;
     d.algo_name = policy_name(p);
 }
-
-//! What a call fixes when it is issued.
-struct call_settings {
-    std::chrono::milliseconds timeout;
-    bool checked;
-};
-
-//! The deadline and checked-mode settings of a host communicator (threads,
-//! mpi): set by the user, fixed per call when the call is issued.
-class host_call_options {
-public:
-    //! Deadline for every wait inside one collective (default: CHORUS_TIMEOUT_MS or 5 minutes).
-    void set_timeout(std::chrono::milliseconds t) {
-        if (t.count() <= 0) throw error(errc::invalid_argument, "chorus::communicator::set_timeout: `t` must be positive");
-        timeout_ = t;
-    }
-    std::chrono::milliseconds timeout() const noexcept { return timeout_; }
-
-    //! Per-call deadline override used by chorus::timeout_scope (0: none).
-    void set_call_timeout(std::chrono::milliseconds t) noexcept { call_timeout_ = t; }
-    std::chrono::milliseconds call_timeout() const noexcept { return call_timeout_; }
-
-    //! Checked mode: before moving data, the ranks compare their calls
-    //! (collective, count, element type, operator, root, algorithm,
-    //! sequence number); a disagreement fails the call on every rank with
-    //! errc::mismatch and a message listing which ranks called what.
-    //! Default: CHORUS_CHECK, else on in builds without NDEBUG.
-    void set_checked(bool on) noexcept { checked_ = on; }
-    bool checked() const noexcept { return checked_; }
-
-protected:
-    //! The settings of the call being issued now.
-    call_settings issue() const noexcept { return {call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_}; }
-
-private:
-    std::chrono::milliseconds timeout_ = default_timeout();
-    std::chrono::milliseconds call_timeout_{0};
-    bool checked_ = default_checked();
-};
 
 //! The same text on every rank: which ranks called what, grouping ranks
 //! that made the same call ("rank 0, 2 called ...; rank 1 called ...").

@@ -93,10 +93,6 @@
 #  include <sys/uio.h>
 #endif
 
-#include "../algo/any_schedule.hpp"
-#include "../algo/automatic.hpp"
-#include "../async/future.hpp"
-#include "../async/host_stream.hpp"
 #include "../core/communicator.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
@@ -110,11 +106,20 @@
 #include "host_wait.hpp"
 #include "mpi_schedule.hpp"
 #include "shm.hpp"
+#include "transport.hpp"
 
 namespace chorus {
 
-//! Backend tag: ranks are MPI processes (see communicator<mpi>).
+namespace detail {
+class mpi_transport;
+}
+
+//! Backend tag: ranks are MPI processes. communicator<mpi> runs on
+//! detail::mpi_transport; api<> adds what only MPI communicators have.
 struct mpi {
+    using transport = detail::mpi_transport;
+    template <class Comm>
+    class api;
     static constexpr const char* name = "mpi";
 };
 
@@ -415,16 +420,18 @@ constexpr bool engine_policy(const policy& p) {
 
 } // namespace detail
 
-//! A rank's handle on an MPI communicator. Construction and split() are
-//! collective over the MPI communicator (they set up the node split and
-//! the shared-memory windows, once: no collective allocates them).
-//! All ranks must issue collectives in the same order. Not copyable or
-//! movable (the async stream refers to it). Async collectives run on a
-//! worker thread, so they need MPI initialised with MPI_THREAD_MULTIPLE.
-template <>
-class communicator<mpi> : public detail::host_call_options {
+namespace detail {
+
+//! The MPI transport (backend/transport.hpp). Construction is collective
+//! over the MPI communicator (it sets up the node split and the
+//! shared-memory windows, once: no collective allocates them). Async
+//! calls run on a worker thread, so they need MPI initialised with
+//! MPI_THREAD_MULTIPLE.
+class mpi_transport {
 public:
-    explicit communicator(MPI_Comm parent) {
+    using ordering = host_ordered;
+
+    explicit mpi_transport(MPI_Comm parent) {
         using detail::mpi_check;
         int initialized = 0;
         MPI_Initialized(&initialized);
@@ -558,13 +565,10 @@ public:
         int has_ub = 0;
         mpi_check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
         if (has_ub && ub != nullptr) tag_ub_ = *static_cast<int*>(ub);
-        sent_.assign(static_cast<std::size_t>(size_), 0);
-        received_.assign(static_cast<std::size_t>(size_), 0);
     }
-    communicator(const communicator&) = delete;
-    communicator& operator=(const communicator&) = delete;
-    ~communicator() {
-        stream_.drain();
+    mpi_transport(const mpi_transport&) = delete;
+    mpi_transport& operator=(const mpi_transport&) = delete;
+    ~mpi_transport() {
         int finalized = 0;
         MPI_Finalized(&finalized);
         if (finalized) return;
@@ -588,107 +592,52 @@ public:
     const model::topology& topology() const noexcept { return topo_; }
     int planning_node_size() const noexcept { return sched_node_size_; }
 
-    //! Collective: a new communicator of the ranks that pass the same
-    //! `color`, ordered by `key` (as MPI_Comm_split); nullptr for
-    //! MPI_UNDEFINED.
-    std::unique_ptr<communicator> split(int color, int key) const {
-        MPI_Comm sub = MPI_COMM_NULL;
-        detail::mpi_check(MPI_Comm_split(comm_, color, key, &sub), "MPI_Comm_split");
-        if (sub == MPI_COMM_NULL) return nullptr;
-        struct release {
-            MPI_Comm& c;
-            ~release() { MPI_Comm_free(&c); }
-        } on_exit{sub};
-        return std::make_unique<communicator>(sub);
-    }
-
-    // set_timeout, set_call_timeout, set_checked: detail::host_call_options.
-    // MPI checked mode is one MPI_Iallgather of the ranks' calls.
+    int node_size() const noexcept { return sched_node_size_; }
+    std::uint64_t scratch_limit_bytes() const noexcept { return 0; }
 
     //! Breaks this communicator on this rank, and on every rank of its
     //! node (shared memory); ranks on other nodes fail at their deadline.
-    void abort(const std::string& why = "comm.abort() called") {
-        fail_reason("rank " + std::to_string(rank_) + ": " + why, errc::aborted);
-    }
+    void abort(errc code, const std::string& why) { fail_reason(why, code); }
     bool broken() const noexcept {
         return broken_.load(std::memory_order_acquire) || node_area_.header().aborted_by.load() != 0;
     }
-    void synchronize() { stream_.drain(); }
+    std::string reason() const {
+        std::lock_guard<std::mutex> lk(m_);
+        if (!reason_.empty()) return reason_;
+        const std::int64_t by = node_area_.header().aborted_by.load();
+        return by ? "rank " + std::to_string(by - 1) + " on this node failed" : std::string();
+    }
 
-    //! \internal Runs (or queues) one collective. Buffers were validated by the caller.
-    //! `counts`: the "v" collectives' counts (schedule_args::counts; copied
-    //! for an async call, so the caller may free them at once).
-    template <class T, class Op>
-    future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
-                  int root, bool async, detail::stream_arg stream = {},
-                  std::span<const std::uint64_t> counts = {}) {
-        detail::refuse_stream(coll, stream);
-        if (broken())
-            throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
-                                           ": the communicator is broken (" + reason() + "); create a new one");
+    //! Async calls run on the communicator's worker thread.
+    void check_launch(collective coll, const void*, const void*, std::uint64_t, bool async) const {
         if (async && thread_level_ < MPI_THREAD_MULTIPLE)
             throw error(errc::invalid_argument,
                         std::string("chorus::") + collective_name(coll) +
                             "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but async collectives run on "
                             "chorus's worker thread (use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
-        const std::uint64_t seq = next_seq_++;
-        const call_settings cs = issue();
-        if (async) {
-            auto owned = std::make_shared<const std::vector<std::uint64_t>>(counts.begin(), counts.end());
-            auto task = [this, pol, coll, in, out, count, op, root, seq, cs, owned] {
-                run<T, Op>(pol, coll, in, out, count, op, root, seq, cs, std::span<const std::uint64_t>(*owned));
-            };
-            return stream_.enqueue(std::function<void()>(task), [this, coll] {
-                fail_reason("rank " + std::to_string(rank_) + " left an unfinished " + collective_name(coll) +
-                                " behind while an exception unwound",
-                            errc::peer_failed);
-            });
-        }
-        // Sync: the caller's counts outlive the call.
-        stream_.run_sync([this, &pol, coll, in, out, count, &op, root, seq, cs, counts] {
-            run<T, Op>(pol, coll, in, out, count, op, root, seq, cs, counts);
-        });
-        return future();
     }
-
-    //! \internal Runs (or queues) one send (is_send) or receive of `count`
-    //! elements to or from `peer` (see transfer()). Messages between two
-    //! ranks are matched in issue order, independently of the collectives.
-    //! A send returns once the receiver has the data. Sizes or element
-    //! types that differ fail both calls with errc::mismatch naming both
-    //! (the data is consumed; the communicator stays usable); a wait past
-    //! the deadline or for a dead peer breaks the communicator.
-    template <class T>
-    future p2p(bool is_send, T* buf, std::uint64_t count, int peer, bool async) {
-        const char* fn = is_send ? "send" : "recv";
-        if (broken())
-            throw error(errc::aborted, std::string("chorus::") + fn + ": the communicator is broken (" + reason() +
-                                           "); create a new one");
-        if (peer < 0 || peer >= size_ || peer == rank_)
-            throw error(errc::invalid_argument, std::string("chorus::") + fn + ": `peer` is " + std::to_string(peer) +
-                                                    " but must be another rank of 0.." + std::to_string(size_ - 1));
+    void check_p2p(const char* fn, const void*, bool async) const {
         if (async && thread_level_ < MPI_THREAD_MULTIPLE)
             throw error(errc::invalid_argument,
                         std::string("chorus::") + fn +
                             "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but async calls run on "
                             "chorus's worker thread (use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
-        std::uint64_t& counter = (is_send ? sent_ : received_)[static_cast<std::size_t>(peer)];
-        const std::uint64_t msg = ++counter;
-        const call_settings cs = issue();
-        auto task = [this, is_send, buf, count, peer, msg, cs] { transfer<T>(is_send, buf, count, peer, msg, cs); };
-        if (async)
-            return stream_.enqueue(std::function<void()>(task), [this, fn, peer] {
-                fail_reason("rank " + std::to_string(rank_) + " left an unfinished " + fn +
-                                (fn[0] == 's' ? " to" : " from") + " rank " + std::to_string(peer) +
-                                " behind while an exception unwound",
-                            errc::peer_failed);
-            });
-        stream_.run_sync(task);
-        return future();
     }
 
+    //! One collective (see the file comment for which policy runs where).
+    template <class T, class Op, class Schedules>
+    void run(const call& c, const Op& op, Schedules& s);
+
+    //! One send or receive of `count` elements to or from `peer` (see
+    //! the definition). A send returns once the receiver has the data.
+    //! Sizes or element types that differ fail both calls with
+    //! errc::mismatch naming both (the data is consumed; the communicator
+    //! stays usable); a wait past the deadline or for a dead peer breaks
+    //! the communicator.
+    template <class T>
+    void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
+
 private:
-    using call_settings = detail::call_settings;
     template <class T, class Op>
     struct engine;
 
@@ -704,24 +653,12 @@ private:
         std::int64_t expected = 0;
         node_area_.header().aborted_by.compare_exchange_strong(expected, rank_ + 1);
     }
-    std::string reason() const {
-        std::lock_guard<std::mutex> lk(m_);
-        if (!reason_.empty()) return reason_;
-        const std::int64_t by = node_area_.header().aborted_by.load();
-        return by ? "rank " + std::to_string(by - 1) + " on this node failed" : std::string();
-    }
-
-    template <class T, class Op>
-    void run(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op, int root,
-             std::uint64_t seq, call_settings cs, std::span<const std::uint64_t> counts);
     template <class T, class Op>
     void run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
                     int root, std::chrono::steady_clock::time_point deadline, call_settings cs);
-    template <class T, class Op>
-    void run_schedule(const policy& pol, collective coll, const T* in, T* out, const Op& op,
-                      const schedule_args& args, std::chrono::steady_clock::time_point deadline, call_settings cs);
-    template <class T>
-    void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
+    template <class T, class Op, class Schedules>
+    void run_schedule(const call& c, const T* in, T* out, const Op& op, Schedules& s,
+                      std::chrono::steady_clock::time_point deadline);
     [[noreturn]] void fail_call(const std::string& head, errc code, const std::string& msg) {
         fail_reason("rank " + std::to_string(rank_) + ": " + head + ": " + msg, code);
         throw error(code, "chorus::" + head + ": " + msg);
@@ -737,7 +674,6 @@ private:
     std::unique_ptr<detail::node_area> flat_area_; //!< private windows for ring<> (every rank its own node)
     std::size_t window_bytes_ = 0;
     detail::backoff_policy backoff_{};
-    std::uint64_t next_seq_ = 1;
     std::atomic<bool> broken_{false};
     mutable std::mutex m_;
     std::string reason_;
@@ -756,21 +692,18 @@ private:
     policy plan_pol_{};
     schedule_args plan_args_{};
     bool plan_valid_ = false;
-    detail::schedule_memo schedules_; //!< this rank's last schedule, and automatic's recent choices
     detail::scratch_buffer sched_scratch_; //!< the schedules' scratch
     detail::scratch_buffer staging_;       //!< received data (kept while a failed call may still write it)
     // send/recv
     MPI_Comm p2p_comm_ = MPI_COMM_NULL;
     detail::p2p_header p2p_mine_{}, p2p_theirs_{}; //!< this call's header and the peer's
     detail::scratch_buffer p2p_sink_;              //!< where a mismatched message's data goes
-    std::vector<std::uint64_t> sent_, received_; //!< send/recv calls issued, per peer
-    detail::host_stream stream_;
 };
 
 //! One collective on one rank: the engine described at the top of this file.
 template <class T, class Op>
-struct communicator<mpi>::engine {
-    communicator<mpi>& self;
+struct mpi_transport::engine {
+    mpi_transport& self;
     const detail::mpi_topology& tp;
     detail::node_area& area;
     Op op;
@@ -1241,23 +1174,20 @@ struct communicator<mpi>::engine {
     }
 };
 
-template <class T, class Op>
-void communicator<mpi>::run(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
-                            const Op& op, int root, std::uint64_t seq, call_settings cs,
-                            std::span<const std::uint64_t> counts) {
+template <class T, class Op, class Schedules>
+void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
+    const call_settings cs = c.settings;
+    const collective coll = c.coll;
+    const auto* in = static_cast<const T*>(c.in);
+    auto* out = static_cast<T*>(c.out);
     const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
     const char* head_name = collective_name(coll);
     if (broken()) fail_call(head_name, errc::aborted, "the communicator is broken (" + reason() + ")");
 
-    // What ranks compare: the "v" collectives' count is the sum of all
-    // counts, with the counts' hash (as the threads backend does).
-    const bool v = is_exchange(coll) && coll != collective::all_to_all;
-    std::uint64_t total = 0;
-    for (const std::uint64_t c : counts) total += c;
     if (cs.checked) {
         detail::descriptor mine{};
-        detail::describe_call(mine, coll, seq, v ? total : count, root, 0, detail::call_types_of<T, Op>(), pol);
-        mine.counts_id = v ? detail::counts_hash(counts.data(), counts.size()) : 0;
+        detail::describe_call(mine, coll, c.seq, c.signature_count, c.root, 0, c.types, c.pol);
+        mine.counts_id = c.counts_id;
         check_all(mine, deadline);
     }
     if (coll == collective::barrier) {
@@ -1275,36 +1205,21 @@ void communicator<mpi>::run(const policy& pol, collective coll, const T* in, T* 
                   "timed out after " + std::to_string(cs.timeout.count()) + " ms; some rank never entered it");
     }
 
-    schedule_args args{coll, rank_, size_, root, count, sizeof(T), false, sched_node_size_};
-    args.commutative = op_traits<Op>::commutative;
-    args.topo = &topo_;
-    if (is_exchange(coll)) { // every policy: the exchange schedule, tuned by the policy
-        args.counts = counts.empty() ? nullptr : counts.data();
-        args.in_place = exchange_in_place<T>(coll, in, out, rank_, args.counts);
-        run_schedule<T, Op>(pol, coll, in, out, op, args, deadline, cs);
-        return;
-    }
-    if (count == 0) return;
-    args.in_place = in_place_call<T>(coll, in, out, rank_, count);
+    // Every policy runs the exchange collectives' schedule, tuned by the policy.
+    if (is_exchange(coll)) return run_schedule<T>(c, in, out, op, s, deadline);
+    if (c.count == 0) return;
     // ring and hierarchical with ring between nodes run on the engine
     // (their schedules' ring phases push), and so do automatic's picks of
     // ring (ring<>) and hierarchical (hierarchical<>); the rest as schedules.
-    if (pol.choose && !pol.deterministic) {
-        const algorithm which = automatic::choose(args, &schedules_.choices());
-        if (which == algorithm::ring || which == algorithm::hierarchical)
-            run_engine<T, Op>(policy::fixed(which), coll, in, out, count, op, root, deadline, cs);
-        else
-            run_schedule<T, Op>(policy::fixed(which), coll, in, out, op, args, deadline, cs);
-    } else if (detail::engine_policy(pol)) {
-        run_engine<T, Op>(pol, coll, in, out, count, op, root, deadline, cs);
-    } else {
-        run_schedule<T, Op>(pol, coll, in, out, op, args, deadline, cs);
-    }
+    if (const policy chosen = s.chosen(); detail::engine_policy(chosen))
+        run_engine<T, Op>(chosen, coll, in, out, c.count, op, c.root, deadline, cs);
+    else
+        run_schedule<T>(c, in, out, op, s, deadline);
 }
 
 //! ring<P> and hierarchical<Intra, ring<P>>: the engine (see the file comment).
 template <class T, class Op>
-void communicator<mpi>::run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
+void mpi_transport::run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
                                    const Op& op, int root, std::chrono::steady_clock::time_point deadline,
                                    call_settings cs) {
     const char* head_name = collective_name(coll);
@@ -1346,25 +1261,22 @@ void communicator<mpi>::run_engine(const policy& pol, collective coll, const T* 
 
 //! Every other policy: its schedule on the schedule executor
 //! (mpi_schedule.hpp).
-template <class T, class Op>
-void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T* in, T* out, const Op& op,
-                                     const schedule_args& args, std::chrono::steady_clock::time_point deadline,
-                                     call_settings cs) {
+template <class T, class Op, class Schedules>
+void mpi_transport::run_schedule(const call& c, const T* in, T* out, const Op& op, Schedules& s,
+                                 std::chrono::steady_clock::time_point deadline) {
+    const collective coll = c.coll;
+    const policy pol = s.chosen(); // automatic as its pick: the plan key, and what errors name
+    const call_settings cs = c.settings;
     const char* head_name = collective_name(coll);
-    const any_schedule& sch = schedules_.make(pol, args);
+    const auto& sch = s.mine();
     // Every rank's schedule (this one's too) as planned out of place: what
     // a rank reads from others does not depend on its own in_place.
-    schedule_args key = args;
+    schedule_args key = c.args;
     key.in_place = false;
     const bool planned = plan_valid_ && !is_exchange(coll) && pol == plan_pol_ && same_args(key, plan_args_);
-    auto schedule_of = [&](int q) {
-        schedule_args a = key;
-        a.rank = q;
-        return make_schedule(pol, a, &schedules_.choices());
-    };
     if (!planned) {
         plan_valid_ = false;
-        if (!plan_.build(schedule_of, rank_, size_, sizeof(T))) {
+        if (!plan_.build([&s](int q) { return s.of(q); }, rank_, size_, sizeof(T))) {
             // Every rank walks every rank's schedule, so every rank refuses the
             // call here, before anything moved: the communicator stays usable.
             const auto& p = plan_.push;
@@ -1431,7 +1343,7 @@ void communicator<mpi>::run_schedule(const policy& pol, collective coll, const T
 //! a mismatch fails both calls with errc::mismatch naming both counts
 //! (the communicator stays usable).
 template <class T>
-void communicator<mpi>::transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg,
+void mpi_transport::transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg,
                                  call_settings cs) {
     const char* fn = is_send ? "send" : "recv";
     const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
@@ -1525,7 +1437,7 @@ void communicator<mpi>::transfer(bool is_send, T* buf, std::uint64_t count, int 
     if (!mine.ok) throw mismatch(theirs, mine);
 }
 
-inline void communicator<mpi>::check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline) {
+inline void mpi_transport::check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline) {
     const detail::mpi_signature sig = detail::mpi_signature::of(mine);
     std::vector<detail::mpi_signature> all(static_cast<std::size_t>(size_));
     MPI_Request r = MPI_REQUEST_NULL;
@@ -1558,7 +1470,43 @@ inline void communicator<mpi>::check_all(const detail::descriptor& mine, std::ch
                                     detail::calls_report(mine.seq, calls));
 }
 
-// The contract of core/communicator.hpp, for one element type and operator.
-static_assert(detail::collective_backend<communicator<mpi>, float, sum>);
+} // namespace detail
+
+//! What only MPI communicators have: the MPI communicator, the node split,
+//! what automatic plans against, and split().
+template <class Comm>
+class mpi::api {
+public:
+    //! The communicator's own MPI communicator (a duplicate of the one given).
+    MPI_Comm mpi_comm() const noexcept { return t().mpi_comm(); }
+    //! The node split hierarchical<> uses: this rank's node, its rank
+    //! within the node, the node's size and the number of nodes.
+    int node() const { return t().node(); }
+    int local_rank() const { return t().local_rank(); }
+    int local_size() const { return t().local_size(); }
+    int nodes() const { return t().nodes(); }
+    //! What `automatic` plans against (the CHORUS_MODEL file, else
+    //! model::mpi_topology) and the node size it is given (0: no regular
+    //! split into nodes of consecutive ranks).
+    const model::topology& topology() const noexcept { return t().topology(); }
+    int planning_node_size() const noexcept { return t().planning_node_size(); }
+
+    //! Collective: a new communicator of the ranks that pass the same
+    //! `color`, ordered by `key` (as MPI_Comm_split); nullptr for
+    //! MPI_UNDEFINED.
+    std::unique_ptr<Comm> split(int color, int key) const {
+        MPI_Comm sub = MPI_COMM_NULL;
+        detail::mpi_check(MPI_Comm_split(t().mpi_comm(), color, key, &sub), "MPI_Comm_split");
+        if (sub == MPI_COMM_NULL) return nullptr;
+        struct release {
+            MPI_Comm& c;
+            ~release() { MPI_Comm_free(&c); }
+        } on_exit{sub};
+        return std::make_unique<Comm>(sub);
+    }
+
+private:
+    const detail::mpi_transport& t() const { return static_cast<const Comm&>(*this).transport(); }
+};
 
 } // namespace chorus

@@ -39,11 +39,6 @@
 #  include <cuda_runtime_api.h>
 #endif
 
-#include "../algo/any_schedule.hpp"
-#include "../algo/automatic.hpp"
-#include "../algo/exchange.hpp"
-#include "../async/future.hpp"
-#include "../async/host_stream.hpp"
 #include "../core/communicator.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
@@ -54,12 +49,22 @@
 #include "../ops/operators.hpp"
 #include "host_common.hpp"
 #include "host_wait.hpp"
+#include "transport.hpp"
 
 namespace chorus {
 
-//! Backend tag: ranks are threads of one process (see run_threads).
+namespace detail {
+class threads_transport;
+}
+
+//! Backend tag: ranks are threads of one process (see run_threads in
+//! comm/run_threads.hpp); communicator<threads> runs on detail::threads_transport.
 struct threads {
     static constexpr const char* name = "threads";
+    using transport = detail::threads_transport;
+    //! No calls beyond the common ones.
+    template <class Comm>
+    struct api {};
 };
 
 namespace detail {
@@ -280,145 +285,71 @@ inline void check_host_pointer(collective coll, const char* name, const void* p)
                 head + detail_msg);
 }
 
-} // namespace detail
-
-//! A rank's handle on a group of thread ranks. Not copyable or movable
-//! (peers hold pointers into it while collectives run). All ranks must
-//! issue collectives in the same order.
-template <>
-class communicator<threads> : public detail::host_call_options {
+//! The threads transport (backend/transport.hpp): one rank's side of a
+//! threads_world. Peers read its registered buffers straight from memory.
+class threads_transport {
 public:
-    communicator(std::shared_ptr<detail::threads_world> world, int rank)
-        : world_(std::move(world)), rank_(rank),
-          peer_desc_(static_cast<std::size_t>(world_->size())),
-          peer_checked_(static_cast<std::size_t>(world_->size()), 0),
-          sent_(static_cast<std::size_t>(world_->size()), 0), received_(static_cast<std::size_t>(world_->size()), 0) {}
-    communicator(const communicator&) = delete;
-    communicator& operator=(const communicator&) = delete;
-    ~communicator() { stream_.drain(); }
+    using ordering = host_ordered;
+
+    threads_transport(std::shared_ptr<threads_world> world, int rank)
+        : world_(std::move(world)), rank_(rank), peer_desc_(static_cast<std::size_t>(world_->size())),
+          peer_checked_(static_cast<std::size_t>(world_->size()), 0) {}
+    threads_transport(const threads_transport&) = delete;
+    threads_transport& operator=(const threads_transport&) = delete;
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return world_->size(); }
-
-    // set_timeout, set_call_timeout, set_checked: detail::host_call_options.
-    // Threads checked mode costs one all-to-all round of flags.
-
-    //! Releases every waiter of every rank with an error; the communicator
-    //! is broken afterwards (every call fails). Callable from any thread.
-    void abort(const std::string& why = "comm.abort() called") {
-        world_->abort(errc::aborted, "rank " + std::to_string(rank_) + ": " + why);
-    }
-    //! True after abort() or after any rank's collective failed.
+    int node_size() const noexcept { return world_->node_size(); }
+    //! The CHORUS_MODEL file, else the built-in topology.
+    const model::topology& topology() const { return model::current(); }
+    std::uint64_t scratch_limit_bytes() const noexcept { return 0; }
+    //! Releases every waiter of every rank; every later call fails.
+    void abort(errc code, const std::string& why) { world_->abort(code, why); }
     bool broken() const noexcept { return world_->aborted(); }
+    std::string reason() const { return world_->reason(); }
 
-    //! Blocks until every collective issued on this communicator has finished.
-    void synchronize() { stream_.drain(); }
+    //! Ranks that are host threads cannot read GPU memory.
+    void check_launch(collective coll, const void* in, const void* out, std::uint64_t, bool) const {
+        check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
+        check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
+    }
+    void check_p2p(const char* fn, const void* buf, bool) const { check_host_pointer(fn, "buf", buf); }
 
-    //! \internal Runs (or queues) one collective. Buffers were validated by the caller.
-    //! `counts`: the "v" collectives' counts (schedule_args::counts; copied
-    //! for an async call, so the caller may free them at once).
-    template <class T, class Op>
-    future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
-                  int root, bool async, detail::stream_arg stream = {},
-                  std::span<const std::uint64_t> counts = {}) {
-        detail::refuse_stream(coll, stream);
-        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
-        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
-        if (!async)
-            return launch_erased(pol, coll, in, out, count, detail::host_kernel_of<T>(op), {}, root, false, counts);
-        // An async call keeps its own copy of the operator (the caller's may go).
-        auto op_copy = std::make_shared<const Op>(op);
-        const detail::host_kernel k = detail::host_kernel_of<T>(*op_copy); // before op_copy is moved from
-        return launch_erased(pol, coll, in, out, count, k, std::move(op_copy), root, true, counts);
+    //! One call: the element type and operator are erased here, so
+    //! everything below is compiled once, whatever T and Op.
+    template <class T, class Op, class Schedules>
+    void run(const call& c, const Op& op, Schedules& s) {
+        if (world_->aborted()) throw_for(*world_, c.coll, status::aborted, {});
+        const host_kernel k = host_kernel_of<T>(op);
+        run_schedule(c, s.mine(), k);
     }
 
-    //! \internal launch() with the element type and operator erased: this
-    //! and everything it calls are compiled once, whatever T and Op.
-    //! `keep` holds what `k` points to (the operator) for an async call.
-    future launch_erased(const policy& pol, collective coll, const void* in, void* out, std::uint64_t count,
-                         const detail::host_kernel& k, std::shared_ptr<const void> keep, int root, bool async,
-                         std::span<const std::uint64_t> counts) {
-        if (world_->aborted())
-            throw error(errc::aborted, std::string("chorus::") + collective_name(coll) +
-                                           ": the communicator is broken (" + world_->reason() + "); create a new one");
-        const std::uint64_t seq = next_seq_++;
-        const call_settings cs = issue();
-        if (async) {
-            auto owned = std::make_shared<const std::vector<std::uint64_t>>(counts.begin(), counts.end());
-            auto task = [this, pol, coll, in, out, count, k, keep = std::move(keep), root, seq, cs, owned] {
-                run(pol, coll, in, out, count, k, root, seq, cs, std::span<const std::uint64_t>(*owned));
-            };
-            return stream_.enqueue(std::function<void()>(std::move(task)), [w = world_, r = rank_, coll] {
-                w->abort(errc::peer_failed, "rank " + std::to_string(r) + " left an unfinished " +
-                                                collective_name(coll) + " behind while an exception unwound");
-            });
-        }
-        // Sync: the caller's counts and operator outlive the call.
-        stream_.run_sync([this, &pol, coll, in, out, count, &k, root, seq, cs, counts] {
-            run(pol, coll, in, out, count, k, root, seq, cs, counts);
-        });
-        return future();
-    }
-
-    //! \internal Runs (or queues) one send (is_send) or receive of `count`
-    //! elements to or from `peer`. Validated by the caller (peer in range,
-    //! not this rank; buf holds count elements).
+    //! One send or receive (see the file comment for the mailbox protocol).
     template <class T>
-    future p2p(bool is_send, T* buf, std::uint64_t count, int peer, bool async) {
-        const char* fn = is_send ? "send" : "recv";
-        if (world_->aborted())
-            throw error(errc::aborted, std::string("chorus::") + fn + ": the communicator is broken (" +
-                                           world_->reason() + "); create a new one");
-        detail::check_host_pointer(fn, "buf", buf);
-        std::uint64_t& counter = (is_send ? sent_ : received_)[static_cast<std::size_t>(peer)];
-        const std::uint64_t msg = ++counter;
-        const call_settings cs = issue();
-        auto task = [this, is_send, buf, count, peer, msg, cs] { transfer<T>(is_send, buf, count, peer, msg, cs); };
-        if (async)
-            return stream_.enqueue(std::function<void()>(task), [w = world_, r = rank_, fn, peer] {
-                w->abort(errc::peer_failed, "rank " + std::to_string(r) + " left an unfinished " + fn +
-                                                (fn[0] == 's' ? " to" : " from") + " rank " + std::to_string(peer) +
-                                                " behind while an exception unwound");
-            });
-        stream_.run_sync(task);
-        return future();
-    }
+    void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
 
 private:
     struct env;
 
-    using call_settings = detail::call_settings;
+    // Compiled once: the element type and operator reach it erased
+    // (exec/host_kernel.hpp); the schedule type is any_schedule.
+    template <class Schedule>
+    void run_schedule(const call& c, const Schedule& sch, const host_kernel& k);
+    status check_all(descriptor& mine, std::uint64_t seq, std::chrono::steady_clock::time_point deadline,
+                     std::string& report, int& bad_peer);
 
-    // Everything below launch() is compiled once, whatever the element
-    // type and operator: they reach it erased (exec/host_kernel.hpp).
-    void run(const policy& pol, collective coll, const void* in, void* out, std::uint64_t count,
-             const detail::host_kernel& k, int root, std::uint64_t seq, call_settings cs,
-             std::span<const std::uint64_t> counts);
-    void run_schedule(const policy& pol, const any_schedule& sch, collective coll, const void* in, void* out,
-                      std::uint64_t count, std::uint64_t counts_id, std::uint64_t rank_elems,
-                      const detail::host_kernel& k, int root, std::uint64_t seq, call_settings cs);
-
-    template <class T>
-    void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
-    detail::status check_all(detail::descriptor& mine, std::uint64_t seq, std::chrono::steady_clock::time_point deadline,
-                             std::string& report, int& bad_peer);
-
-    std::shared_ptr<detail::threads_world> world_;
+    std::shared_ptr<threads_world> world_;
     int rank_;
-    std::uint64_t next_seq_ = 1;
-    detail::scratch_buffer scratch_;
-    detail::schedule_memo schedules_; //!< the last schedule made (calls run in issue order, one at a time)
-    std::vector<detail::descriptor> peer_desc_; //!< peers' descriptors, cached per collective
-    std::vector<std::uint64_t> peer_checked_;   //!< seq for which each peer's signature was checked
-    std::vector<detail::descriptor> all_calls_; //!< checked mode: every rank's call
-    std::vector<std::uint64_t> sent_, received_; //!< point-to-point messages issued, per peer
-    detail::host_stream stream_;
+    scratch_buffer scratch_;
+    std::vector<descriptor> peer_desc_;       //!< peers' descriptors, cached per collective
+    std::vector<std::uint64_t> peer_checked_; //!< seq for which each peer's signature was checked
+    std::vector<descriptor> all_calls_;       //!< checked mode: every rank's call
 };
 
 //! The host executor's environment for one collective on one rank.
-struct communicator<threads>::env {
+struct threads_transport::env {
     detail::threads_world& w;
-    communicator<threads>& self;
+    threads_transport& self;
     const detail::descriptor& mine;
     std::uint64_t seq;
     const detail::host_kernel& k;
@@ -526,63 +457,34 @@ struct communicator<threads>::env {
     }
 };
 
-inline void communicator<threads>::run(const policy& pol, collective coll, const void* in, void* out,
-                                       std::uint64_t count, const detail::host_kernel& k, int root, std::uint64_t seq,
-                                       call_settings cs, std::span<const std::uint64_t> counts) {
-    detail::threads_world& w = *world_;
-    if (w.aborted()) detail::throw_for(w, coll, detail::status::aborted, {});
-    const int n = w.size();
-    const std::uint64_t eb = k.types.elem_bytes;
-    const auto* in_b = static_cast<const unsigned char*>(in);
-    const auto* out_b = static_cast<const unsigned char*>(out);
-    schedule_args args{coll, rank_, n, root, count, eb, false, w.node_size()};
-    args.commutative = k.types.commutative;
-    args.topo = &model::current();
-    if (!is_exchange(coll)) {
-        // in_place_call on bytes: block offsets scale by the element size.
-        args.in_place = in_place_call<unsigned char>(coll, in_b, out_b, rank_, count * eb);
-        // Elements of one rank's larger buffer, for the streaming decision.
-        const std::uint64_t rank_elems = coll == collective::all_gather ? count * std::uint64_t(n) : count;
-        run_schedule(pol, schedules_.make(pol, args), coll, in, out, count, 0, rank_elems, k, root, seq, cs);
-        return;
-    }
-    // The exchange collectives. What ranks compare (the descriptor's count)
-    // must not differ between ranks: AllToAll, the block; the "v"
-    // collectives, the sum of all counts, with the counts' hash.
-    std::uint64_t total = 0;
-    for (const std::uint64_t c : counts) total += c;
-    args.counts = counts.empty() ? nullptr : counts.data();
-    args.in_place = exchange_in_place(coll, in_b, out_b, rank_, args.counts, eb);
-    const bool v = coll != collective::all_to_all;
-    const std::uint64_t rank_elems = !v                                  ? count * std::uint64_t(n)
-                                     : coll == collective::all_to_allv ? total / std::uint64_t(n)
-                                                                       : total;
-    run_schedule(pol, make_schedule(pol, args), coll, in, out, v ? total : count,
-                 v ? detail::counts_hash(counts.data(), counts.size()) : 0, rank_elems, k, root, seq, cs);
-}
-
-inline void communicator<threads>::run_schedule(const policy& pol, const any_schedule& sch, collective coll,
-                                                const void* in, void* out, std::uint64_t count,
-                                                std::uint64_t counts_id, std::uint64_t rank_elems,
-                                                const detail::host_kernel& k, int root, std::uint64_t seq,
-                                                call_settings cs) {
-    const std::chrono::milliseconds timeout_ = cs.timeout; // this call's deadline
+template <class Schedule>
+void threads_transport::run_schedule(const call& cl, const Schedule& sch, const host_kernel& k) {
+    const std::chrono::milliseconds timeout_ = cl.settings.timeout; // this call's deadline
+    const collective coll = cl.coll;
+    const std::uint64_t seq = cl.seq;
+    const void* in = cl.in;
     detail::threads_world& w = *world_;
     const int n = w.size();
     const int channels = sch.channels();
 
     detail::descriptor& mine = w.slot(rank_).desc[seq & 1];
     mine.in = in;
-    mine.out = out;
+    mine.out = cl.out;
     mine.scratch = sch.scratch_elems() ? scratch_.reserve(sch.scratch_elems() * k.types.elem_bytes) : nullptr;
-    detail::describe_call(mine, coll, seq, count, root, channels, k.types, pol);
-    mine.counts_id = counts_id;
+    detail::describe_call(mine, coll, seq, cl.signature_count, cl.root, channels, k.types, cl.pol);
+    mine.counts_id = cl.counts_id;
     w.slot(rank_).sig[seq & 1].store(mine);
 
     // Stream stores past the cache when the ranks' buffers together
-    // cannot stay in the last-level cache anyway.
+    // cannot stay in the last-level cache anyway. The elements of one
+    // rank's larger buffer:
+    const std::uint64_t rank_elems = coll == collective::all_gather || coll == collective::all_to_all
+                                         ? cl.count * std::uint64_t(n)
+                                     : coll == collective::all_to_allv ? cl.signature_count / std::uint64_t(n)
+                                     : is_exchange(coll)               ? cl.signature_count
+                                                                       : cl.count;
     const std::uint64_t bytes = rank_elems * k.types.elem_bytes;
-    const std::uint64_t working_set = bytes * std::uint64_t(n) * (in == out ? 1 : 2);
+    const std::uint64_t working_set = bytes * std::uint64_t(n) * (in == cl.out ? 1 : 2);
     env e{w, *this, mine, seq, k, working_set > w.llc_bytes(), std::chrono::steady_clock::now() + timeout_,
           sch.units(), -1, 0, 0, {}};
     std::atomic<std::uint64_t>& busy = w.slot(rank_).busy_seq;
@@ -590,7 +492,7 @@ inline void communicator<threads>::run_schedule(const policy& pol, const any_sch
     for (int c = 0; c < channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish
 
     detail::status st = detail::status::ok;
-    if (cs.checked) st = check_all(mine, seq, e.deadline, e.mismatch, e.bad_peer);
+    if (cl.settings.checked) st = check_all(mine, seq, e.deadline, e.mismatch, e.bad_peer);
     if (st == detail::status::ok) {
         if (coll == collective::barrier) {
             for (int r = 0; r < n && st == detail::status::ok; ++r)
@@ -643,9 +545,9 @@ inline void communicator<threads>::run_schedule(const policy& pol, const any_sch
 //! Checked mode: wait until every rank entered collective `seq`, then
 //! compare every rank's call with this rank's. On a disagreement `report`
 //! lists which ranks called what (the same text on every rank).
-inline detail::status communicator<threads>::check_all(detail::descriptor& mine, std::uint64_t seq,
-                                                       std::chrono::steady_clock::time_point deadline,
-                                                       std::string& report, int& bad_peer) {
+inline status threads_transport::check_all(descriptor& mine, std::uint64_t seq,
+                                           std::chrono::steady_clock::time_point deadline, std::string& report,
+                                           int& bad_peer) {
     detail::threads_world& w = *world_;
     const int n = w.size();
     all_calls_.resize(static_cast<std::size_t>(n));
@@ -672,9 +574,8 @@ inline detail::status communicator<threads>::check_all(detail::descriptor& mine,
     return detail::status::mismatch;
 }
 
-//! One send or receive (see the file comment for the mailbox protocol).
 template <class T>
-void communicator<threads>::transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg,
+void threads_transport::transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg,
                                      call_settings cs) {
     detail::threads_world& w = *world_;
     const std::string head = is_send ? "chorus::send: " : "chorus::recv: ";
@@ -765,60 +666,6 @@ void communicator<threads>::transfer(bool is_send, T* buf, std::uint64_t count, 
     detail::post_flag(mb.state, base | detail::p2p_delivered);
 }
 
-//! Starts `n` ranks as threads, calls fn(communicator<threads>&) on each,
-//! and joins them. If a rank throws, the others are released with an error
-//! (peer_failed) instead of hanging, and the first rank's original
-//! exception is rethrown here.
-template <class F>
-void run_threads(int n, F&& fn) {
-    if (n < 1) throw error(errc::invalid_argument, "chorus::run_threads: `n` must be >= 1, got " + std::to_string(n));
-    auto world = std::make_shared<detail::threads_world>(n);
-    std::mutex m;
-    std::exception_ptr first;      // the first failure that is not a consequence of another
-    std::exception_ptr first_any;  // the first failure of any kind
-    auto body = [&](int r) {
-        try {
-            struct leave { // runs after comm drained its queue (declared first, destroyed last)
-                detail::threads_world& w;
-                int r;
-                ~leave() { w.mark_gone(r); }
-            } on_exit{*world, r};
-            communicator<threads> comm(world, r);
-            try {
-                fn(comm);
-            } catch (...) {
-                // Release peers before this rank's communicator drains its queue.
-                std::string what = "unknown exception";
-                bool secondary = false;
-                try {
-                    throw;
-                } catch (const error& e) {
-                    what = e.what();
-                    secondary = e.code() == errc::aborted || e.code() == errc::peer_failed;
-                } catch (const std::exception& e) {
-                    what = e.what();
-                } catch (...) {
-                }
-                world->abort(errc::peer_failed, "rank " + std::to_string(r) + " failed: " + what);
-                std::lock_guard<std::mutex> lk(m);
-                if (!first_any) first_any = std::current_exception();
-                if (!first && !secondary) first = std::current_exception();
-            }
-        } catch (...) {
-            std::lock_guard<std::mutex> lk(m);
-            if (!first_any) first_any = std::current_exception();
-        }
-    };
-    std::vector<std::thread> ts;
-    ts.reserve(static_cast<std::size_t>(n));
-    for (int r = 1; r < n; ++r) ts.emplace_back(body, r);
-    body(0);
-    for (auto& t : ts) t.join();
-    if (first) std::rethrow_exception(first);
-    if (first_any) std::rethrow_exception(first_any);
-}
-
-// The contract of core/communicator.hpp, for one element type and operator.
-static_assert(detail::collective_backend<communicator<threads>, float, sum>);
+} // namespace detail
 
 } // namespace chorus

@@ -18,6 +18,7 @@
 #include "../algo/ring.hpp"
 #include "../async/future.hpp"
 #include "../backend/gpu.hpp"
+#include "../comm/communicator.hpp"
 #include "../ops/operators.hpp"
 #include "all_gather.hpp"
 #include "all_reduce.hpp"

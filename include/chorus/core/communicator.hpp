@@ -3,9 +3,10 @@
 //! The one declaration of chorus::communicator<Backend>, and what the
 //! collective calls (collectives/*.hpp) require of it.
 //!
-//! A backend (threads: backend/threads.hpp; MPI: backend/mpi.hpp; CUDA
-//! devices: backend/gpu.hpp) specialises communicator<Backend>. The
-//! collectives check their arguments and hand one call to it as data:
+//! The class is written once (comm/communicator.hpp) over the transport a
+//! backend tag names (threads: backend/threads.hpp; MPI: backend/mpi.hpp;
+//! CUDA devices: backend/gpu.hpp; the contract: backend/transport.hpp).
+//! The collectives check their arguments and hand one call to it as data:
 //!
 //!   comm.rank(), comm.size()             this rank, the rank count
 //!   comm.launch<T, Op>(policy, collective, in, out, count, op, root, async
@@ -19,9 +20,9 @@
 //! exchange collectives' per-rank counts.
 //!
 //! `policy` is the value of the policy type the user named (algo/policy.hpp);
-//! the backend turns it into the rank's schedule with make_schedule(policy,
-//! schedule_args) (algo/automatic.hpp) and runs that schedule on its
-//! executor. Point-to-point (collectives/p2p.hpp) needs comm.p2p<T>(...),
+//! the communicator turns it into the rank's schedule with
+//! make_schedule(policy, schedule_args) (algo/automatic.hpp) and its
+//! transport runs that schedule. Point-to-point (collectives/p2p.hpp) needs comm.p2p<T>(...),
 //! which not every backend has.
 
 #include <concepts>
