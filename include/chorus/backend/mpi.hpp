@@ -8,16 +8,18 @@
 //!  * ring<P> and hierarchical<Intra, ring<P>> (any Intra) run on the
 //!    *engine* below (shared-memory windows plus MPI point-to-point), and
 //!    so does automatic when it picks ring (ring<>) or hierarchical
-//!    (hierarchical<>).
-//!  * Every other policy with a make_schedule (direct<>, tree<>,
-//!    recursive_doubling<>, rabenseifner<>, two_shot<>, deterministic<>,
-//!    hierarchical<Intra, Inter> with Inter not a ring, automatic's other
-//!    picks), and the exchange collectives (all_to_all, all_gatherv,
-//!    reduce_scatterv, all_to_allv: algo/exchange.hpp's schedule, whatever
-//!    the policy) run their schedule on the *schedule executor* over MPI
-//!    point-to-point (backend/mpi_schedule.hpp). Hierarchical schedules
-//!    get schedule_args::node_size = ranks per node when every node has
-//!    the same size and holds consecutive ranks, else 0 (flat).
+//!    (hierarchical<>). ring<> runs correctly as a schedule too (its
+//!    pushes travel as messages), but slower here than on the engine for
+//!    now (see docs/performance.md).
+//!  * Every other policy (direct<>, tree<>, recursive_doubling<>,
+//!    rabenseifner<>, two_shot<>, deterministic<>, hierarchical<Intra,
+//!    Inter> with Inter not a ring, automatic's other picks), and the
+//!    exchange collectives (all_to_all, all_gatherv, reduce_scatterv,
+//!    all_to_allv: algo/exchange.hpp's schedule, whatever the policy) run
+//!    their schedule with the shared rank program over MPI point-to-point
+//!    (the schedule executor, backend/mpi_schedule.hpp). Hierarchical
+//!    schedules get schedule_args::node_size = ranks per node when every
+//!    node has the same size and holds consecutive ranks, else 0 (flat).
 //!  * send/recv (p2p) are MPI point-to-point on a communicator of their own.
 //!  * barrier is MPI_Ibarrier, polled.
 //!
@@ -45,17 +47,20 @@
 //! largest progress r has waited for on q on that channel so far (0:
 //! before its first unit), and which r receives (MPI_Irecv, posted for
 //! every message at the start) into private staging and uses in place of
-//! q's buffer, in the step's reduction order. Pending sends are tracked:
-//! a step that overwrites bytes a send still reads first completes that
-//! send, and every send completes before the call returns. Messages
-//! travel on a duplicate communicator of their own, tagged by their index
-//! in the (sender, receiver) pair's sequence for the collective. Steps
-//! that write a peer's buffer (pushes; only ring<>'s AllReduce has them)
-//! are refused with errc::internal on every rank before anything moves
-//! (so hierarchical<ring<>, Inter> with Inter not a ring fails for
-//! AllReduce). Every wait is bounded by the call's deadline, the abort
-//! flags and a check that the awaited process is alive: a dead peer gives
-//! errc::peer_failed, a deadline errc::timeout naming the rank.
+//! q's buffer, in the step's reduction order. A step that also stores its
+//! result into a peer's buffer (a push: the ring phases of AllReduce in
+//! hierarchical<ring<>, Inter> with Inter not a ring) sends it from
+//! its own copy after the unit, and the peer receives it straight into its
+//! buffer; the peer's wait for that unit completes the receive. Pending
+//! sends are tracked: a step that overwrites bytes a send still reads
+//! first completes that send, and every send completes before the call
+//! returns. Messages travel on a duplicate communicator of their own,
+//! tagged by their index in the (sender, receiver) pair's sequence for
+//! the collective. A step that writes only a peer's buffer is refused with
+//! errc::internal on every rank before anything moves. Every wait is
+//! bounded by the call's deadline, the abort flags and a check that the
+//! awaited process is alive: a dead peer gives errc::peer_failed, a
+//! deadline errc::timeout naming the rank.
 //!
 //! Include <chorus/mpi.hpp> and link MPI (CMake: MPI::MPI_CXX).
 
@@ -1208,9 +1213,9 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
     // Every policy runs the exchange collectives' schedule, tuned by the policy.
     if (is_exchange(coll)) return run_schedule<T>(c, in, out, op, s, deadline);
     if (c.count == 0) return;
-    // ring and hierarchical with ring between nodes run on the engine
-    // (their schedules' ring phases push), and so do automatic's picks of
-    // ring (ring<>) and hierarchical (hierarchical<>); the rest as schedules.
+    // ring and hierarchical with ring between nodes run on the engine, and
+    // so do automatic's picks of ring (ring<>) and hierarchical
+    // (hierarchical<>); the rest as schedules.
     if (const policy chosen = s.chosen(); detail::engine_policy(chosen))
         run_engine<T, Op>(chosen, coll, in, out, c.count, op, c.root, deadline, cs);
     else
@@ -1284,8 +1289,7 @@ void mpi_transport::run_schedule(const call& c, const T* in, T* out, const Op& o
                         std::string("chorus::") + head_name + ": algorithm " + detail::policy_name(pol) + ": rank " +
                             std::to_string(p.rank) + "'s unit " + std::to_string(p.unit) + " of channel " +
                             std::to_string(p.channel) + " writes rank " + std::to_string(p.target) +
-                            "'s buffer (a push), which communicator<mpi>'s schedule executor does not run "
-                            "(ring<> and hierarchical<Intra, ring<>> run on its engine)");
+                            "'s buffer and not its own, which communicator<mpi>'s schedule executor does not run");
         }
         plan_pol_ = pol;
         plan_args_ = key;

@@ -1,6 +1,6 @@
 #pragma once
 //! \file backend/mpi_schedule.hpp
-//! The MPI backend's schedule executor: runs any pull-only schedule
+//! The MPI backend's schedule executor: runs a schedule
 //! (algo/schedule.hpp) over MPI point-to-point. Part of backend/mpi.hpp,
 //! which includes it; see that file for where it is used.
 //!
@@ -41,9 +41,21 @@
 //!    returning every send completes (this replaces final_wait); waits
 //!    that only order memory (write-after-read guards, sync units) need
 //!    nothing else: a rank's buffers change only by its own steps.
-//! Steps whose dst or dst2 is a peer's buffer (pushes) are refused: every
-//! rank sees every rank's schedule, so all of them refuse the call before
-//! a byte moves.
+//! Pushes. A step of rank q that also stores its result into peer r's
+//! buffer (dst2; ring AllReduce's "reduce, copy and send") becomes a
+//! message from q's own dst, triggered by q's post of that unit (u + 1 on
+//! its channel), which r receives straight into the dst2 slice of its own
+//! buffer (posted at the start like every receive). In shared memory r
+//! may use that slice once it has seen q's progress reach u + 1 on the
+//! channel; here r's wait for exactly that completes the receive (every
+//! wait of the rank program on (q, c, units) completes the pushes from q
+//! on c whose trigger it covers), so the data is there when the shared
+//! memory executor would see it. Both ranks plan the message from q's
+//! schedule; tags number a pair's transfers in the order both walk the
+//! schedules (rank order, then execution order), so pushes and reads of
+//! one pair agree. A step whose dst is a peer's buffer (a push without a
+//! copy of its own) is refused: every rank sees every rank's schedule, so
+//! all of them refuse the call before a byte moves.
 //! Cost per call: every rank computes every rank's schedule and walks all
 //! of its units, O(n * units * channels) step evaluations (the exchange
 //! schedule's cost O(n) each), plus one transfer record per merged
@@ -94,6 +106,18 @@ struct sched_xfer {
     int tag = 0;               //!< tag of its first message
     int frags = 0;             //!< messages (each at most sched_plan::max_message_bytes)
     std::size_t req = 0;       //!< receive list: index of its first request
+    //! A push: sent from the sender's own dst, received into the
+    //! receiver's own slice (loc, offset): in a send the source, in a
+    //! receive the destination; no staging.
+    bool push = false;
+};
+
+//! One of this rank's pushes, as planned: the step writes its own `dst`
+//! and the same values to `target` (a peer's slice).
+struct sched_push {
+    operand dst{};
+    operand target{};
+    std::uint64_t count = 0;
 };
 
 //! One of this rank's peer reads, as planned: the slice, and where its
@@ -113,11 +137,17 @@ public:
     std::vector<sched_xfer> sends; //!< sorted by trigger (unit, channel): the order they go out
     std::vector<sched_xfer> recvs; //!< in pair order
     std::vector<sched_read> reads; //!< this rank's peer reads, in execution order
+    std::vector<sched_push> pushes; //!< this rank's pushes, in execution order
+    //! Receives of pushes, per (sender, channel) in unit order: indices
+    //! into recvs; [peer * push_channels + channel].
+    std::vector<std::vector<std::size_t>> push_recvs;
+    int push_channels = 0;
     std::uint64_t staging_bytes = 0;
     std::size_t recv_messages = 0;
     std::uint64_t tags = 0;        //!< tags used by the busiest pair (tags 0 .. tags-1)
-    //! The first push seen (rank < 0: none): `rank`'s unit `unit` of
-    //! channel `channel` writes rank `target`'s buffer.
+    //! The first step seen that writes only a peer's buffer (rank < 0:
+    //! none): `rank`'s unit `unit` of channel `channel` writes rank
+    //! `target`'s buffer and not its own.
     struct push_info {
         int rank = -1, target = -1, channel = 0;
         std::uint64_t unit = 0;
@@ -127,13 +157,17 @@ public:
     //! schedule with in_place = false, for every rank q, this one too:
     //! both sides of every message plan it from the same schedule, so they
     //! agree whatever their in_place (the executor checks that this rank's
-    //! own schedule reads the same slices). Returns false when some
-    //! schedule pushes (see `push`); nothing is planned then.
+    //! own schedule reads and pushes the same slices). Returns false when
+    //! some step writes only a peer's buffer (see `push`); nothing is
+    //! planned then.
     template <class ScheduleOf>
     bool build(ScheduleOf&& schedule_of, int me, int n, std::uint64_t elem_bytes) {
         sends.clear();
         recvs.clear();
         reads.clear();
+        pushes.clear();
+        push_recvs.clear();
+        push_channels = 0;
         staging_bytes = 0;
         recv_messages = 0;
         tags = 0;
@@ -141,11 +175,20 @@ public:
         for (int q = 0; q < n; ++q) {
             open_.clear();
             const auto s = schedule_of(q);
-            const bool fine = walk(s, q, n, [&](int c, std::uint64_t u, const operand& o, std::uint64_t cnt) {
+            push_channels = std::max(push_channels, s.channels());
+            auto read = [&](int c, std::uint64_t u, const operand& o, std::uint64_t cnt) {
                 if (q == me) add(recvs, o.rank, c, u, o, cnt, true);
                 else if (o.rank == me) add(sends, q, c, u, o, cnt, false);
-            });
-            if (!fine) return false;
+            };
+            auto pushed = [&](int c, std::uint64_t u, const operand& dst, const operand& target, std::uint64_t cnt) {
+                if (q == me) {
+                    pushes.push_back({dst, target, cnt});
+                    add_push(sends, target.rank, c, u + 1, dst, cnt);
+                } else if (target.rank == me) {
+                    add_push(recvs, q, c, u + 1, target, cnt);
+                }
+            };
+            if (!walk(s, q, n, read, pushed)) return false;
         }
         // Tags in pair order, before the sends are sorted by trigger.
         const std::uint64_t per = std::max<std::uint64_t>(1, max_message_bytes / elem_bytes);
@@ -157,12 +200,18 @@ public:
             t += std::uint64_t(x.frags);
             tags = std::max(tags, t);
         };
-        for (sched_xfer& x : recvs) {
+        push_recvs.assign(std::size_t(n) * std::size_t(push_channels), {});
+        for (std::size_t i = 0; i < recvs.size(); ++i) {
+            sched_xfer& x = recvs[i];
             number(x);
-            x.staging = staging_bytes;
-            staging_bytes += (x.count * elem_bytes + 63) / 64 * 64;
             x.req = recv_messages;
             recv_messages += std::size_t(x.frags);
+            if (x.push) {
+                push_recvs[std::size_t(x.peer) * std::size_t(push_channels) + std::size_t(x.channel)].push_back(i);
+                continue;
+            }
+            x.staging = staging_bytes;
+            staging_bytes += (x.count * elem_bytes + 63) / 64 * 64;
         }
         std::fill(next.begin(), next.end(), 0);
         for (sched_xfer& x : sends) number(x);
@@ -223,11 +272,27 @@ private:
         list.push_back(x);
     }
 
+    //! A push transfer (never merged).
+    void add_push(std::vector<sched_xfer>& list, int peer, int c, std::uint64_t trigger, const operand& slice,
+                  std::uint64_t cnt) {
+        sched_xfer x{};
+        x.peer = peer;
+        x.channel = c;
+        x.unit = trigger;
+        x.loc = slice.loc;
+        x.offset = slice.offset;
+        x.count = cnt;
+        x.push = true;
+        list.push_back(x);
+    }
+
     //! Walks schedule `s` of rank `owner` in execution order and calls
     //! f(channel, trigger, source, count) for every source that is another
-    //! rank's buffer. False (and `push` set) at the first push.
-    template <class Sched, class F>
-    bool walk(const Sched& s, int owner, int n, F&& f) {
+    //! rank's buffer, and g(channel, unit, dst, target, count) for every
+    //! push. False (and `push` set) at the first step whose dst is a
+    //! peer's buffer.
+    template <class Sched, class F, class G>
+    bool walk(const Sched& s, int owner, int n, F&& f, G&& g) {
         const int C = s.channels();
         const std::uint64_t U = s.units();
         seen_.assign(static_cast<std::size_t>(C) * static_cast<std::size_t>(n), 0);
@@ -250,9 +315,8 @@ private:
                     }
                 }
                 if (st.count == 0) continue;
-                for (const operand* d : {&st.dst, &st.dst2}) {
-                    if (d->loc == where::none || d->rank == owner) continue;
-                    push = {owner, d->rank, c, p};
+                if (st.dst.rank != owner) {
+                    push = {owner, st.dst.rank, c, p};
                     return false;
                 }
                 for_each_source(st, [&](const operand& o) {
@@ -260,6 +324,10 @@ private:
                     bad_rank(o.rank);
                     f(c, seen[o.rank], o, st.count);
                 });
+                if (st.dst2.loc != where::none && st.dst2.rank != owner) {
+                    bad_rank(st.dst2.rank);
+                    g(c, p, st.dst, st.dst2, st.count);
+                }
             }
         }
         return true;
@@ -293,8 +361,9 @@ public:
         const std::uint64_t per = std::max<std::uint64_t>(1, sched_plan::max_message_bytes / sizeof(T));
         recv_reqs_.assign(plan_.recv_messages, MPI_REQUEST_NULL);
         received_.assign(plan_.recvs.size(), 0);
+        push_next_.assign(plan_.push_recvs.size(), 0);
         for (const sched_xfer& x : plan_.recvs) {
-            auto* base = reinterpret_cast<T*>(staging_ + x.staging);
+            T* base = x.push ? own({me_, x.loc, x.offset}) : reinterpret_cast<T*>(staging_ + x.staging);
             for (int f = 0; f < x.frags; ++f) {
                 const std::uint64_t first = std::uint64_t(f) * per;
                 const std::uint64_t m = std::min(per, x.count - first);
@@ -322,11 +391,12 @@ public:
     }
 
 private:
-    //! The rank program's environment over messages: a wait is already
-    //! satisfied (the plan turned it into the triggers of the peers'
-    //! sends, and execute() receives what a step reads before using it),
-    //! execute() runs one step on staged peer data, and post() sends what
-    //! peers wait for after this unit. Units run in the interleaved order
+    //! The rank program's environment over messages: a wait completes the
+    //! pushes it covers and is otherwise already satisfied (the plan
+    //! turned it into the triggers of the peers' sends, and execute()
+    //! receives what a step reads before using it), execute() runs one
+    //! step on staged peer data, and post() sends what peers wait for
+    //! after this unit. Units run in the interleaved order
     //! (unit-major, then channel), the order the plan numbered messages in.
     struct message_env {
         sched_executor& x;
@@ -334,7 +404,7 @@ private:
         int c = 0;          //!< the unit running now, for error messages
         std::uint64_t p = 0;
 
-        status wait(int, int, std::uint64_t) const { return status::ok; }
+        status wait(int peer, int channel, std::uint64_t units) { return x.pushed(peer, channel, units); }
         status execute(const step& s) { return s.count != 0 ? x.execute(s, c, p) : status::ok; }
         void post(int channel, std::uint64_t units) {
             (void)x.flush(units, channel);
@@ -356,6 +426,8 @@ private:
     std::vector<char> received_;
     std::size_t next_send_ = 0;
     std::size_t next_read_ = 0;
+    std::size_t next_push_ = 0;
+    std::vector<std::size_t> push_next_; //!< per (sender, channel): pushes received so far
     // Sends in flight: request, the bytes it reads, its receiver.
     std::vector<MPI_Request> send_reqs_;
     std::vector<std::uintptr_t> send_begin_, send_end_;
@@ -436,6 +508,17 @@ private:
         return status::ok;
     }
 
+    //! The pushes from `peer` on `channel` that its progress `units`
+    //! covers have arrived.
+    status pushed(int peer, int channel, std::uint64_t units) {
+        if (plan_.push_recvs.empty() || peer < 0 || peer >= n_ || channel >= plan_.push_channels) return status::ok;
+        const std::size_t k = std::size_t(peer) * std::size_t(plan_.push_channels) + std::size_t(channel);
+        const std::vector<std::size_t>& list = plan_.push_recvs[k];
+        for (std::size_t& i = push_next_[k]; i < list.size() && plan_.recvs[list[i]].unit <= units; ++i)
+            if (const status st = receive(list[i]); st != status::ok) return st;
+        return status::ok;
+    }
+
     //! Receive transfer i has arrived.
     status receive(std::size_t i) {
         if (received_[i]) return status::ok;
@@ -446,6 +529,14 @@ private:
                                           ")");
         received_[i] = 1;
         return status::ok;
+    }
+
+    //! Step s's push is this rank's next planned one.
+    bool planned_push(const step& s) {
+        if (next_push_ >= plan_.pushes.size()) return false;
+        const sched_push& q = plan_.pushes[next_push_++];
+        return q.count == s.count && q.dst.loc == s.dst.loc && q.dst.offset == s.dst.offset &&
+               q.target.rank == s.dst2.rank && q.target.loc == s.dst2.loc && q.target.offset == s.dst2.offset;
     }
 
     status execute(const step& s, int c, std::uint64_t p) {
@@ -473,12 +564,16 @@ private:
         if (srcs_.empty())
             throw error(errc::internal, "chorus: rank " + std::to_string(me_) + "'s unit " + std::to_string(p) +
                                             " of channel " + std::to_string(c) + " moves data but has no source");
-        if (s.dst.rank != me_ || (s.dst2.loc != where::none && s.dst2.rank != me_))
+        const bool push = s.dst2.loc != where::none && s.dst2.rank != me_;
+        if (s.dst.rank != me_ || (push && !planned_push(s)))
             throw error(errc::internal, "chorus: rank " + std::to_string(me_) + "'s unit " + std::to_string(p) +
                                             " of channel " + std::to_string(c) +
-                                            " writes another rank's buffer (a push) in place only");
+                                            " writes another rank's buffer differently in place than out of place "
+                                            "(the schedule breaks schedule.hpp's invariant)");
+        // A push: the result goes to our own dst, and from there to the
+        // peer as the message post() sends after this unit.
         T* dst = own(s.dst);
-        T* dst2 = s.dst2.loc == where::none ? nullptr : own(s.dst2);
+        T* dst2 = s.dst2.loc == where::none || push ? nullptr : own(s.dst2);
         if (const status g = guard(dst, s.count); g != status::ok) return g;
         if (dst2 != nullptr)
             if (const status g = guard(dst2, s.count); g != status::ok) return g;
