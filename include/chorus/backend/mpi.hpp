@@ -5,13 +5,11 @@
 //! algorithms, operators, partitioning and async API.
 //!
 //! Which policy runs where:
-//!  * ring<P> and hierarchical<Intra, ring<P>> (any Intra) run on the
-//!    *engine* below (shared-memory windows plus MPI point-to-point), and
-//!    so does automatic when it picks ring (ring<>) or hierarchical
-//!    (hierarchical<>). ring<> runs correctly as a schedule too (its
-//!    pushes travel as messages), but slower here than on the engine for
-//!    now (see docs/performance.md).
-//!  * Every other policy (direct<>, tree<>, recursive_doubling<>,
+//!  * hierarchical<Intra, ring<P>> (any Intra) runs on the *engine*
+//!    (backend/mpi_engine.hpp: shared-memory windows plus MPI
+//!    point-to-point), and so does automatic when it picks hierarchical
+//!    (hierarchical<>).
+//!  * Every other policy (ring<>, direct<>, tree<>, recursive_doubling<>,
 //!    rabenseifner<>, two_shot<>, deterministic<>, hierarchical<Intra,
 //!    Inter> with Inter not a ring, automatic's other picks), and the
 //!    exchange collectives (all_to_all, all_gatherv, reduce_scatterv,
@@ -34,10 +32,8 @@
 //!     (ReduceScatter, Reduce) or a chain broadcast from the node that
 //!     has it (AllGather, Broadcast);
 //!  4. each rank copies what it needs out of its node peers' windows.
-//! Large buffers go through the windows in pieces. hierarchical<Intra,
-//! ring<>> uses the real node split (or the emulated one of
-//! CHORUS_RANKS_PER_NODE); ring<> treats every rank as its own node, so
-//! everything moves as a ring over MPI point-to-point.
+//! Large buffers go through the windows in pieces. It uses the real node
+//! split (or the emulated one of CHORUS_RANKS_PER_NODE).
 //!
 //! The schedule executor's protocol (details in mpi_schedule.hpp): every
 //! rank computes every rank's schedule, out of place (what a rank reads
@@ -48,8 +44,7 @@
 //! before its first unit), and which r receives (MPI_Irecv, posted for
 //! every message at the start) into private staging and uses in place of
 //! q's buffer, in the step's reduction order. A step that also stores its
-//! result into a peer's buffer (a push: the ring phases of AllReduce in
-//! hierarchical<ring<>, Inter> with Inter not a ring) sends it from
+//! result into a peer's buffer (a push: ring<>'s AllReduce) sends it from
 //! its own copy after the unit, and the peer receives it straight into its
 //! buffer; the peer's wait for that unit completes the receive. Pending
 //! sends are tracked: a step that overwrites bytes a send still reads
@@ -184,11 +179,11 @@ struct p2p_header {
     char type_name[40];
 };
 
-//! The policies communicator<mpi>'s engine runs: ring<> and
-//! hierarchical<Intra, ring<>>. The rest run as schedules.
+//! The policies communicator<mpi>'s engine runs: hierarchical<Intra,
+//! ring<>>. The rest run as schedules.
 constexpr bool engine_policy(const policy& p) {
     if (p.choose || p.deterministic) return false;
-    return p.algo == algorithm::ring || (p.algo == algorithm::hierarchical && p.inter == algorithm::ring);
+    return p.algo == algorithm::hierarchical && p.inter == algorithm::ring;
 }
 
 } // namespace detail
@@ -284,7 +279,6 @@ public:
             throw;
         }
         MPI_Comm_free(&node_comm);
-        window_bytes_ = static_cast<std::size_t>(w);
         // Spinning only steals the core from the rank being waited for when
         // the machine runs more of our processes than it has cores. Sleeping
         // is no better there: a rank that waited long (it ran ahead into the
@@ -448,8 +442,6 @@ private:
     std::vector<int> real_node_, pids_;
     detail::mpi_topology node_topo_, flat_topo_;
     detail::node_area node_area_;
-    std::unique_ptr<detail::node_area> flat_area_; //!< private windows for ring<> (every rank its own node)
-    std::size_t window_bytes_ = 0;
     detail::backoff_policy backoff_{};
     std::atomic<bool> broken_{false};
     mutable std::mutex m_;
@@ -469,6 +461,7 @@ private:
     policy plan_pol_{};
     schedule_args plan_args_{};
     bool plan_valid_ = false;
+    detail::sched_workspace sched_ws_;     //!< the executor's bookkeeping
     detail::scratch_buffer sched_scratch_; //!< the schedules' scratch
     detail::scratch_buffer staging_;       //!< received data (kept while a failed call may still write it)
     // send/recv
@@ -511,38 +504,27 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
     // Every policy runs the exchange collectives' schedule, tuned by the policy.
     if (is_exchange(coll)) return run_schedule<T>(c, in, out, op, s, deadline);
     if (c.count == 0) return;
-    // ring and hierarchical with ring between nodes run on the engine, and
-    // so do automatic's picks of ring (ring<>) and hierarchical
-    // (hierarchical<>); the rest as schedules.
+    // hierarchical with ring between nodes runs on the engine, and so does
+    // automatic's pick of hierarchical (hierarchical<>); the rest as schedules.
     if (const policy chosen = s.chosen(); detail::engine_policy(chosen))
         run_engine<T, Op>(chosen, coll, in, out, c.count, op, c.root, deadline, cs);
     else
         run_schedule<T>(c, in, out, op, s, deadline);
 }
 
-//! ring<P> and hierarchical<Intra, ring<P>>: the engine (see the file comment).
+//! hierarchical<Intra, ring<P>>: the engine (see the file comment).
 template <class T, class Op>
 void mpi_transport::run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
                                    const Op& op, int root, std::chrono::steady_clock::time_point deadline,
                                    call_settings cs) {
     const char* head_name = collective_name(coll);
-    const bool hier = pol.algo == algorithm::hierarchical;
-    const std::uint64_t chunk_bytes = hier ? pol.inter_tune.chunk_bytes : pol.tune.chunk_bytes;
+    const std::uint64_t chunk_bytes = pol.inter_tune.chunk_bytes;
     if (chunk_bytes > (std::uint64_t(1) << 30)) // every rank refuses it here, before anything moved
         throw error(errc::invalid_argument, std::string("chorus::") + head_name +
                                                 ": on the MPI backend chunk_bytes must be <= 1 GiB (the policy has " +
                                                 std::to_string(chunk_bytes) + ")");
-    detail::node_area* area = &node_area_;
-    if (!hier) {
-        if (!flat_area_) {
-            MPI_Comm self_comm = MPI_COMM_SELF;
-            flat_area_ = std::make_unique<detail::node_area>();
-            flat_area_->init(self_comm, window_bytes_);
-        }
-        area = flat_area_.get();
-    }
     const std::uint64_t chunk = std::max<std::uint64_t>(1, chunk_bytes / sizeof(T));
-    engine<T, Op> e{*this, hier ? node_topo_ : flat_topo_, *area, op, deadline, chunk};
+    engine<T, Op> e{*this, node_topo_, node_area_, op, deadline, chunk};
     const detail::status st = e.run(coll, in, out, count, root);
     if (st == detail::status::ok) return;
     const std::string peer = e.bad_peer >= 0 ? "rank " + std::to_string(e.bad_peer) : std::string("a peer");
@@ -611,7 +593,7 @@ void mpi_transport::run_schedule(const call& c, const T* in, T* out, const Op& o
     try {
         // The executor cancels and frees whatever is still in flight when it
         // goes (a failed call); `staging_` outlives it for what cannot be.
-        detail::sched_executor<T, Op, engine<T, Op>> x(plan_, e, sched_comm_, op, rank_, size_, in, out, scratch,
+        detail::sched_executor<T, Op, engine<T, Op>> x(plan_, sched_ws_, e, sched_comm_, op, rank_, size_, in, out, scratch,
                                                        staging);
         st = x.run(sch);
         bad = x.bad_peer;

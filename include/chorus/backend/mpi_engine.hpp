@@ -1,7 +1,7 @@
 #pragma once
 //! \file backend/mpi_engine.hpp
-//! The MPI transport's engine for ring<> and hierarchical<Intra, ring<>>
-//! (see backend/mpi.hpp for what it does and where it is used), and the
+//! The MPI transport's engine for hierarchical<Intra, ring<>> (see
+//! backend/mpi.hpp for what it does and where it is used), and the
 //! bounded waits every MPI path uses. `Self` is detail::mpi_transport,
 //! whose state it reads. Part of backend/mpi.hpp, which includes it.
 

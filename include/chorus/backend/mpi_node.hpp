@@ -55,7 +55,7 @@ struct mpi_topology {
         }
         return t;
     }
-    //! Every rank its own node (ring<> over point-to-point).
+    //! Every rank its own node.
     static mpi_topology flat(int n) {
         std::vector<std::vector<int>> nodes(static_cast<std::size_t>(n));
         for (int r = 0; r < n; ++r) nodes[static_cast<std::size_t>(r)] = {r};

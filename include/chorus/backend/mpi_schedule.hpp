@@ -80,6 +80,7 @@
 
 #include "../algo/schedule.hpp"
 #include "../core/error.hpp"
+#include "../exec/host_kernel.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
 
@@ -139,7 +140,7 @@ public:
     std::vector<sched_read> reads; //!< this rank's peer reads, in execution order
     std::vector<sched_push> pushes; //!< this rank's pushes, in execution order
     //! Receives of pushes, per (sender, channel) in unit order: indices
-    //! into recvs; [peer * push_channels + channel].
+    //! into recvs; [peer * push_channels + channel]; empty when none.
     std::vector<std::vector<std::size_t>> push_recvs;
     int push_channels = 0;
     std::uint64_t staging_bytes = 0;
@@ -200,13 +201,13 @@ public:
             t += std::uint64_t(x.frags);
             tags = std::max(tags, t);
         };
-        push_recvs.assign(std::size_t(n) * std::size_t(push_channels), {});
         for (std::size_t i = 0; i < recvs.size(); ++i) {
             sched_xfer& x = recvs[i];
             number(x);
             x.req = recv_messages;
             recv_messages += std::size_t(x.frags);
-            if (x.push) {
+            if (x.push) { // empty unless this rank receives pushes
+                if (push_recvs.empty()) push_recvs.resize(std::size_t(n) * std::size_t(push_channels));
                 push_recvs[std::size_t(x.peer) * std::size_t(push_channels) + std::size_t(x.channel)].push_back(i);
                 continue;
             }
@@ -334,6 +335,18 @@ private:
     }
 };
 
+//! The executor's per-call bookkeeping, kept by the communicator so that a
+//! call allocates nothing once the vectors have grown.
+struct sched_workspace {
+    std::vector<MPI_Request> recv_reqs;
+    std::vector<char> received;
+    std::vector<std::size_t> push_next;
+    std::vector<MPI_Request> send_reqs;
+    std::vector<std::uintptr_t> send_begin, send_end;
+    std::vector<int> send_peer;
+    std::vector<const void*> srcs;
+};
+
 //! Runs one planned collective on one rank. `Waiter` is the backend's
 //! bounded wait: status wait(MPI_Request*, int k, int peer) (deadline,
 //! abort, peer death; drops the requests on failure) and a static
@@ -341,10 +354,17 @@ private:
 template <class T, class Op, class Waiter>
 class sched_executor {
 public:
-    sched_executor(const sched_plan& plan, Waiter& waiter, MPI_Comm comm, const Op& op, int me, int n, const T* in,
-                   T* out, T* scratch, std::byte* staging)
+    sched_executor(const sched_plan& plan, sched_workspace& ws, Waiter& waiter, MPI_Comm comm, const Op& op, int me,
+                   int n, const T* in, T* out, T* scratch, std::byte* staging)
         : plan_(plan), w_(waiter), comm_(comm), op_(op), me_(me), n_(n), in_(const_cast<T*>(in)), out_(out),
-          scratch_(scratch), staging_(staging) {}
+          scratch_(scratch), staging_(staging), recv_reqs_(ws.recv_reqs), received_(ws.received),
+          push_next_(ws.push_next), send_reqs_(ws.send_reqs), send_begin_(ws.send_begin), send_end_(ws.send_end),
+          send_peer_(ws.send_peer), srcs_(ws.srcs) {
+        send_reqs_.clear();
+        send_begin_.clear();
+        send_end_.clear();
+        send_peer_.clear();
+    }
     sched_executor(const sched_executor&) = delete;
     sched_executor& operator=(const sched_executor&) = delete;
     //! Whatever is still in flight (a failed call) is cancelled and freed.
@@ -361,7 +381,7 @@ public:
         const std::uint64_t per = std::max<std::uint64_t>(1, sched_plan::max_message_bytes / sizeof(T));
         recv_reqs_.assign(plan_.recv_messages, MPI_REQUEST_NULL);
         received_.assign(plan_.recvs.size(), 0);
-        push_next_.assign(plan_.push_recvs.size(), 0);
+        if (!plan_.push_recvs.empty()) push_next_.assign(plan_.push_recvs.size(), 0);
         for (const sched_xfer& x : plan_.recvs) {
             T* base = x.push ? own({me_, x.loc, x.offset}) : reinterpret_cast<T*>(staging_ + x.staging);
             for (int f = 0; f < x.frags; ++f) {
@@ -373,7 +393,8 @@ public:
             }
         }
         const int C = sch.channels();
-        if (const status st = flush(0, C - 1); st != status::ok) return st; // trigger u = 0: before unit 0
+        // Trigger u = 0: before unit 0; and what can go early.
+        if (const status st = flush(0, C - 1, true); st != status::ok) return st;
         // The shared rank program (exec/rank_program.hpp), with messages.
         message_env env{*this, C};
         if (const status st = run_rank_interleaved(sch, env); st != status::ok) return st;
@@ -422,18 +443,19 @@ private:
     T* out_;
     T* scratch_;
     std::byte* staging_;
-    std::vector<MPI_Request> recv_reqs_;
-    std::vector<char> received_;
+    std::vector<MPI_Request>& recv_reqs_;
+    std::vector<char>& received_;
     std::size_t next_send_ = 0;
     std::size_t next_read_ = 0;
     std::size_t next_push_ = 0;
-    std::vector<std::size_t> push_next_; //!< per (sender, channel): pushes received so far
+    std::vector<std::size_t>& push_next_; //!< per (sender, channel): pushes received so far
     // Sends in flight: request, the bytes it reads, its receiver.
-    std::vector<MPI_Request> send_reqs_;
-    std::vector<std::uintptr_t> send_begin_, send_end_;
-    std::vector<int> send_peer_;
+    std::vector<MPI_Request>& send_reqs_;
+    std::vector<std::uintptr_t>& send_begin_;
+    std::vector<std::uintptr_t>& send_end_;
+    std::vector<int>& send_peer_;
     std::size_t prune_at_ = 64;
-    std::vector<const T*> srcs_;
+    std::vector<const void*>& srcs_;
 
     status failed(status st, int peer, std::string what) {
         if (bad_peer < 0) bad_peer = peer;
@@ -449,13 +471,31 @@ private:
         return reinterpret_cast<T*>(b);
     }
 
-    //! Sends every transfer whose trigger is at or before (u, c).
-    status flush(std::uint64_t u, int c) {
-        const std::uint64_t per = std::max<std::uint64_t>(1, sched_plan::max_message_bytes / sizeof(T));
+    //! Whether transfer x can go before its trigger: it reads this rank's
+    //! input and the call is out of place, so no step of this rank writes
+    //! it (the input is const) and it is the same at every trigger.
+    bool early(const sched_xfer& x) const { return !x.push && x.loc == where::in && in_ != out_; }
+
+    //! Sends every transfer whose trigger is at or before (u, c), or (at
+    //! the start: early_too) that can go early.
+    status flush(std::uint64_t u, int c, bool early_too = false) {
+        if (early_too)
+            for (std::size_t i = next_send_; i < plan_.sends.size(); ++i)
+                if (early(plan_.sends[i])) send(plan_.sends[i]);
         while (next_send_ < plan_.sends.size()) {
             const sched_xfer& x = plan_.sends[next_send_];
             if (x.unit > u || (x.unit == u && x.channel > c)) break;
             ++next_send_;
+            if (!early(x)) send(x);
+        }
+        if (send_reqs_.size() >= prune_at_) prune();
+        return status::ok;
+    }
+
+    //! Starts transfer x (straight from this rank's buffer).
+    void send(const sched_xfer& x) {
+        const std::uint64_t per = std::max<std::uint64_t>(1, sched_plan::max_message_bytes / sizeof(T));
+        {
             const T* base = own({me_, x.loc, x.offset});
             for (int f = 0; f < x.frags; ++f) {
                 const std::uint64_t first = std::uint64_t(f) * per;
@@ -469,8 +509,6 @@ private:
                           "MPI_Isend");
             }
         }
-        if (send_reqs_.size() >= prune_at_) prune();
-        return status::ok;
     }
 
     //! Forgets the sends that have completed.
@@ -580,9 +618,10 @@ private:
         const int finish_n = s.finish ? n_ : 0;
         const std::size_t m = static_cast<std::size_t>(s.count);
         if (s.fan_in >= 2)
-            host_reduce_fan(dst, dst2, srcs_.data(), int(s.fan_in), m, op_, finish_n);
+            host_reduce_fan_erased<T, Op>(&op_, dst, dst2, srcs_.data(), int(s.fan_in), m, finish_n);
         else
-            host_reduce_copy(dst, dst2, srcs_[0], srcs_.size() > 1 ? srcs_[1] : static_cast<const T*>(nullptr), m,
+            host_reduce_copy(dst, dst2, static_cast<const T*>(srcs_[0]),
+                             srcs_.size() > 1 ? static_cast<const T*>(srcs_[1]) : static_cast<const T*>(nullptr), m,
                              op_, finish_n, false);
         return status::ok;
     }
