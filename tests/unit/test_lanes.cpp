@@ -127,10 +127,13 @@ std::vector<status> run_lanes(lane_world_host& w, const policy& pol, collective 
         L.out = out[std::size_t(r)];
         scratch[std::size_t(r)].resize(std::size_t(L.sch.scratch_elems()) + 1);
         L.scratch = scratch[std::size_t(r)].data();
-        L.sig = {cnt,
-                 std::uint64_t(coll) | std::uint64_t(std::uint32_t(L.sch.channels())) << 8 |
-                     std::uint64_t(std::uint32_t(root)) << 32,
-                 detail::type_hash<T>(), detail::type_hash<Op>(), p.id()};
+        L.sig = {};
+        L.sig.count = cnt;
+        L.sig.elem_bytes = sizeof(T);
+        L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), root);
+        L.sig.type_id = detail::type_hash<T>();
+        L.sig.op_id = detail::type_hash<Op>();
+        L.sig.algo_id = p.id();
         L.timeout_ns = timeout_ms * 1000000ull;
         L.op = op;
     }
@@ -525,7 +528,9 @@ TEST_CASE("GPU backend argument checks and failure reports (host code, no GPU ne
     std::vector<detail::lane_fault> f(3);
     f[1].code = int(status::mismatch);
     f[1].peer = 2;
-    f[1].theirs = {63, std::uint64_t(collective::all_reduce) | 1u << 8, 1, 2, 3};
+    f[1].theirs = {};
+    f[1].theirs.count = 63;
+    f[1].theirs.shape = detail::call_signature::make_shape(collective::all_reduce, 1, 0);
     f[0].code = int(status::aborted);
     const error e1 = detail::gpu_fault_error(1, f.data(), 3, "");
     CHECK(e1.code() == errc::mismatch);

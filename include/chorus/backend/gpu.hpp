@@ -310,9 +310,13 @@ void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* str
     L.scratch = static_cast<T*>(world_->scratch[std::size_t(rank_)]);
     // What ranks compare: a barrier runs (and names) the direct<> schedule.
     const policy& p = coll == collective::barrier ? c.planned : c.pol;
-    L.sig = {c.count, std::uint64_t(coll) | std::uint64_t(std::uint32_t(sch.channels())) << 8 |
-                          std::uint64_t(std::uint32_t(c.root)) << 32,
-             c.types.type_id, c.types.op_id, p.id()};
+    L.sig = {};
+    L.sig.count = c.count;
+    L.sig.elem_bytes = sizeof(T);
+    L.sig.shape = call_signature::make_shape(coll, sch.channels(), c.root);
+    L.sig.type_id = c.types.type_id;
+    L.sig.op_id = c.types.op_id;
+    L.sig.algo_id = p.id();
     L.timeout_ns = std::uint64_t(c.settings.timeout.count()) * 1000000ull;
     L.checked = c.settings.checked;
     L.op = op;

@@ -32,10 +32,8 @@ inline void check_gpu_buffer(collective coll, const char* name, mem_kind kind, i
 }
 
 inline std::string describe_signature(const lane_signature& s) {
-    const auto coll = static_cast<collective>(s.shape & 0xff);
-    return std::string(collective_name(coll)) + "(count=" + std::to_string(s.count) +
-           ", root=" + std::to_string(static_cast<int>(static_cast<std::uint32_t>(s.shape >> 32))) +
-           ", channels=" + std::to_string((s.shape >> 8) & 0xffffff) + ")";
+    return std::string(collective_name(s.coll())) + "(count=" + std::to_string(s.count) +
+           ", root=" + std::to_string(s.root()) + ", channels=" + std::to_string(s.channels()) + ")";
 }
 
 //! The error rank `rank` reports for the failure records its kernels left

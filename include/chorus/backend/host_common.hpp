@@ -19,52 +19,40 @@
 #include "../core/communicator.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
+#include "../core/signature.hpp"
 #include "../exec/host_kernel.hpp"
 #include "transport.hpp"
 #include "../ops/traits.hpp"
 
 namespace chorus::detail {
 
-//! What a rank registers for one collective. The buffer pointers are
-//! read only by peers that read or write those buffers, which cannot have
-//! moved past the collective yet; the signature is read by every peer a
-//! rank waits on (possibly while it already moves on), so it lives in
-//! atomics under a sequence lock (see sig_slot).
+//! What a rank registers for one collective: its buffers, read only by
+//! peers that read or write them (which cannot have moved past the
+//! collective yet), and the call's signature (core/signature.hpp) with its
+//! names, which every peer a rank waits on compares (the threads transport
+//! publishes them apart, under a sequence lock: sig_slot).
 struct descriptor {
-    std::uint64_t seq = 0;
+    call_signature sig{};
     const void* in = nullptr;
     void* out = nullptr;
     void* scratch = nullptr;
-    std::uint64_t count = 0;
-    std::uint64_t elem_bytes = 0;
-    collective coll = collective::barrier;
-    int root = 0;
-    int channels = 0;
-    std::uint64_t type_id = 0; //!< hash of the element type's name
-    std::uint64_t op_id = 0;   //!< hash of the operator type's name
-    std::uint64_t algo_id = 0; //!< the policy's id() (algorithm and tuning)
-    std::uint64_t counts_id = 0; //!< the "v" collectives: hash of the counts array (counts_hash); 0 otherwise
     const char* type_name = "";
     const char* op_name = "";
     const char* algo_name = "";
 
-    bool same_call(const descriptor& o) const {
-        return seq == o.seq && coll == o.coll && count == o.count && elem_bytes == o.elem_bytes && root == o.root &&
-               channels == o.channels && type_id == o.type_id && op_id == o.op_id && algo_id == o.algo_id &&
-               counts_id == o.counts_id;
-    }
+    bool same_call(const descriptor& o) const { return sig.same_call(o.sig); }
     //! "all_reduce count 100 of float (4-byte elements), operator sum, root 0, algorithm ring<...>"
     std::string call() const {
-        return std::string(collective_name(coll)) + " count " + std::to_string(count) + " of " + type_name + " (" +
-               std::to_string(elem_bytes) + "-byte elements), operator " + op_name + ", root " +
-               std::to_string(root) + ", algorithm " + algo_name + counts_text();
+        return std::string(collective_name(sig.coll())) + " count " + std::to_string(sig.count) + " of " +
+               type_name + " (" + std::to_string(sig.elem_bytes) + "-byte elements), operator " + op_name +
+               ", root " + std::to_string(sig.root()) + ", algorithm " + algo_name + counts_text();
     }
     //! ", counts #<hash>" for the "v" collectives, empty otherwise.
     std::string counts_text() const {
-        if (counts_id == 0) return {};
+        if (sig.counts_id == 0) return {};
         static constexpr char hex[] = "0123456789abcdef";
         std::string h = ", counts #";
-        for (int i = 60; i >= 0; i -= 4) h += hex[(counts_id >> i) & 0xf];
+        for (int i = 60; i >= 0; i -= 4) h += hex[(sig.counts_id >> i) & 0xf];
         return h;
     }
 };
@@ -139,22 +127,20 @@ private:
     std::size_t bytes_ = 0;
 };
 
-//! Fills the comparable part of `d` (what checked mode compares) for one
-//! call of collective `coll` with element type and operator `t` and policy `p`.
-inline void describe_call(descriptor& d, collective coll, std::uint64_t seq, std::uint64_t count, int root,
-                          int channels, const call_types& t, const policy& p) {
-    d.seq = seq;
-    d.count = count;
-    d.elem_bytes = t.elem_bytes;
-    d.coll = coll;
-    d.root = root;
-    d.channels = channels;
-    d.type_id = t.type_id;
-    d.op_id = t.op_id;
-    d.algo_id = p.id();
-    d.type_name = t.type_name;
-    d.op_name = t.op_name;
-    d.algo_name = policy_name(p);
+//! Fills the comparable part of `d` (what checked mode compares) for call
+//! `c` run on `channels` channels.
+inline void describe_call(descriptor& d, const call& c, int channels) {
+    d.sig.seq = c.seq;
+    d.sig.count = c.signature_count;
+    d.sig.elem_bytes = c.types.elem_bytes;
+    d.sig.shape = call_signature::make_shape(c.coll, channels, c.root);
+    d.sig.type_id = c.types.type_id;
+    d.sig.op_id = c.types.op_id;
+    d.sig.algo_id = c.pol.id();
+    d.sig.counts_id = c.counts_id;
+    d.type_name = c.types.type_name;
+    d.op_name = c.types.op_name;
+    d.algo_name = policy_name(c.pol);
 }
 
 //! The same text on every rank: which ranks called what, grouping ranks

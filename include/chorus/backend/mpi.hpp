@@ -107,6 +107,7 @@
 #include "mpi_engine.hpp"
 #include "mpi_node.hpp"
 #include "mpi_schedule.hpp"
+#include "mpi_wire.hpp"
 #include "transport.hpp"
 
 namespace chorus {
@@ -126,58 +127,7 @@ struct mpi {
 
 namespace detail {
 
-//! The fixed-size call description ranks exchange in checked mode.
-struct mpi_signature {
-    std::uint64_t seq, count, elem_bytes, type_id, op_id, algo_id, counts_id;
-    std::int32_t coll, root, channels, pad;
-    char type_name[48], op_name[48], algo_name[96];
 
-    static void copy(char* dst, std::size_t n, const char* src) {
-        std::strncpy(dst, src, n - 1);
-        dst[n - 1] = '\0';
-    }
-    static mpi_signature of(const descriptor& d) {
-        mpi_signature s{};
-        s.seq = d.seq;
-        s.count = d.count;
-        s.elem_bytes = d.elem_bytes;
-        s.type_id = d.type_id;
-        s.op_id = d.op_id;
-        s.algo_id = d.algo_id;
-        s.counts_id = d.counts_id;
-        s.coll = static_cast<std::int32_t>(d.coll);
-        s.root = d.root;
-        s.channels = d.channels;
-        copy(s.type_name, sizeof s.type_name, d.type_name);
-        copy(s.op_name, sizeof s.op_name, d.op_name);
-        copy(s.algo_name, sizeof s.algo_name, d.algo_name);
-        return s;
-    }
-    descriptor to_descriptor() const {
-        descriptor d{};
-        d.seq = seq;
-        d.count = count;
-        d.elem_bytes = elem_bytes;
-        d.type_id = type_id;
-        d.op_id = op_id;
-        d.algo_id = algo_id;
-        d.counts_id = counts_id;
-        d.coll = static_cast<collective>(coll);
-        d.root = root;
-        d.channels = channels;
-        d.type_name = type_name;
-        d.op_name = op_name;
-        d.algo_name = algo_name;
-        return d;
-    }
-};
-
-//! What a send announces (count, element size and type) and what the
-//! receiver replies (ok: it took the data; else what it expected).
-struct p2p_header {
-    std::uint64_t count, elem_bytes, type_id, ok;
-    char type_name[40];
-};
 
 //! The policies communicator<mpi>'s engine runs: hierarchical<Intra,
 //! ring<>>. The rest run as schedules.
@@ -211,59 +161,11 @@ public:
         mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
         MPI_Query_thread(&thread_level_);
 
-        // Real nodes: who shares memory with whom.
-        MPI_Comm shared = MPI_COMM_NULL;
-        mpi_check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &shared),
-                  "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
-        int leader = rank_;
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared), "MPI_Allreduce");
-        MPI_Comm_free(&shared);
-        // Emulated nodes are a property of the process (its rank in
-        // MPI_COMM_WORLD), so a split() communicator keeps them.
-        int emulated = -1;
-        const char* spec = std::getenv("CHORUS_RANKS_PER_NODE");
-        if (spec != nullptr && spec[0] != '\0') {
-            int wrank = 0, wsize = 1;
-            MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-            MPI_Comm_size(MPI_COMM_WORLD, &wsize);
-            const auto world_nodes = detail::emulated_nodes(spec, wsize);
-            for (std::size_t k = 0; k < world_nodes.size(); ++k)
-                for (int r : world_nodes[k])
-                    if (r == wrank) emulated = static_cast<int>(k);
-        }
-        int mine[3] = {leader, static_cast<int>(getpid()), emulated};
-        std::vector<int> all(3 * static_cast<std::size_t>(size_));
-        mpi_check(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, comm_), "MPI_Allgather");
-        real_node_.resize(static_cast<std::size_t>(size_));
-        pids_.resize(static_cast<std::size_t>(size_));
-        std::vector<int> node_key(static_cast<std::size_t>(size_));
-        for (int r = 0; r < size_; ++r) {
-            const std::size_t i = static_cast<std::size_t>(r);
-            real_node_[i] = all[3 * i];
-            pids_[i] = all[3 * i + 1];
-            node_key[i] = all[3 * i + 2] >= 0 ? all[3 * i + 2] : real_node_[i];
-        }
-        // Nodes in order of their smallest rank; ranks in communicator order.
-        std::vector<std::vector<int>> nodes;
-        std::vector<int> keys;
-        for (int r = 0; r < size_; ++r) {
-            const int key = node_key[static_cast<std::size_t>(r)];
-            const auto it = std::find(keys.begin(), keys.end(), key);
-            if (it == keys.end()) {
-                keys.push_back(key);
-                nodes.push_back({r});
-            } else {
-                nodes[static_cast<std::size_t>(it - keys.begin())].push_back(r);
-            }
-        }
-        for (const auto& nd : nodes)
-            for (int r : nd)
-                if (real_node_[static_cast<std::size_t>(r)] != real_node_[static_cast<std::size_t>(nd[0])])
-                    throw error(errc::invalid_argument,
-                                std::string("chorus: CHORUS_RANKS_PER_NODE='") + (spec ? spec : "") +
-                                    "' puts ranks " + std::to_string(nd[0]) + " and " + std::to_string(r) +
-                                    " on one node, but they do not share memory");
-        node_topo_ = detail::mpi_topology::from_nodes(std::move(nodes), size_);
+        // Who shares memory with whom, and the node split hierarchical<> uses.
+        detail::node_discovery found = detail::discover_nodes(comm_, rank_, size_);
+        real_node_ = std::move(found.real_node);
+        pids_ = std::move(found.pids);
+        node_topo_ = std::move(found.topo);
         flat_topo_ = detail::mpi_topology::flat(size_);
 
         // Every rank must use the same window size (pieces are planned from it).
@@ -482,8 +384,7 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
 
     if (cs.checked) {
         detail::descriptor mine{};
-        detail::describe_call(mine, coll, c.seq, c.signature_count, c.root, 0, c.types, c.pol);
-        mine.counts_id = c.counts_id;
+        detail::describe_call(mine, c, 0);
         check_all(mine, deadline);
     }
     if (coll == collective::barrier) {
@@ -728,7 +629,7 @@ inline void mpi_transport::check_all(const detail::descriptor& mine, std::chrono
     detail::mpi_check(MPI_Iallgather(&sig, sizeof sig, MPI_BYTE, all.data(), sizeof sig, MPI_BYTE, comm_, &r),
                       "MPI_Iallgather");
     engine<unsigned char, detail::copy_only> e{*this, node_topo_, node_area_, {}, deadline, 1};
-    const char* head_name = collective_name(mine.coll);
+    const char* head_name = collective_name(mine.sig.coll());
     if (const detail::status st = e.wait(&r, 1, -1, false); st != detail::status::ok) {
         const bool ab = broken();
         const errc code = st == detail::status::peer_exited ? errc::peer_failed : ab ? errc::aborted : errc::timeout;
@@ -751,7 +652,7 @@ inline void mpi_transport::check_all(const detail::descriptor& mine, std::chrono
     // Every rank saw the same signatures: all fail with the same report, and
     // nobody has moved a byte. The communicator stays usable.
     throw error(errc::mismatch, std::string("chorus::") + head_name + ": ranks disagree: " +
-                                    detail::calls_report(mine.seq, calls));
+                                    detail::calls_report(mine.sig.seq, calls));
 }
 
 } // namespace detail

@@ -13,6 +13,7 @@
 #endif
 #include <mpi.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -264,6 +265,72 @@ inline std::size_t default_window_bytes() {
     }
     w = std::max<std::size_t>(w, std::size_t(256) << 10);
     return (w + 4095) / 4096 * 4096;
+}
+
+//! Who shares a node with whom: every rank's real node (the smallest rank
+//! sharing its memory), its process id, and the node split hierarchical<>
+//! uses (the real one, or CHORUS_RANKS_PER_NODE's, which must not put
+//! ranks that share no memory on one node). Collective over `comm`.
+struct node_discovery {
+    std::vector<int> real_node, pids;
+    mpi_topology topo;
+};
+inline node_discovery discover_nodes(MPI_Comm comm, int rank, int size) {
+    node_discovery d;
+    // Real nodes: who shares memory with whom.
+    MPI_Comm shared = MPI_COMM_NULL;
+    mpi_check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &shared),
+              "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)");
+    int leader = rank;
+    mpi_check(MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN, shared), "MPI_Allreduce");
+    MPI_Comm_free(&shared);
+    // Emulated nodes are a property of the process (its rank in
+    // MPI_COMM_WORLD), so a split() communicator keeps them.
+    int emulated = -1;
+    const char* spec = std::getenv("CHORUS_RANKS_PER_NODE");
+    if (spec != nullptr && spec[0] != '\0') {
+        int wrank = 0, wsize = 1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+        MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+        const auto world_nodes = emulated_nodes(spec, wsize);
+        for (std::size_t k = 0; k < world_nodes.size(); ++k)
+            for (int r : world_nodes[k])
+                if (r == wrank) emulated = static_cast<int>(k);
+    }
+    int mine[3] = {leader, static_cast<int>(getpid()), emulated};
+    std::vector<int> all(3 * static_cast<std::size_t>(size));
+    mpi_check(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, comm), "MPI_Allgather");
+    d.real_node.resize(static_cast<std::size_t>(size));
+    d.pids.resize(static_cast<std::size_t>(size));
+    std::vector<int> node_key(static_cast<std::size_t>(size));
+    for (int r = 0; r < size; ++r) {
+        const std::size_t i = static_cast<std::size_t>(r);
+        d.real_node[i] = all[3 * i];
+        d.pids[i] = all[3 * i + 1];
+        node_key[i] = all[3 * i + 2] >= 0 ? all[3 * i + 2] : d.real_node[i];
+    }
+    // Nodes in order of their smallest rank; ranks in communicator order.
+    std::vector<std::vector<int>> nodes;
+    std::vector<int> keys;
+    for (int r = 0; r < size; ++r) {
+        const int key = node_key[static_cast<std::size_t>(r)];
+        const auto it = std::find(keys.begin(), keys.end(), key);
+        if (it == keys.end()) {
+            keys.push_back(key);
+            nodes.push_back({r});
+        } else {
+            nodes[static_cast<std::size_t>(it - keys.begin())].push_back(r);
+        }
+    }
+    for (const auto& nd : nodes)
+        for (int r : nd)
+            if (d.real_node[static_cast<std::size_t>(r)] != d.real_node[static_cast<std::size_t>(nd[0])])
+                throw error(errc::invalid_argument,
+                            std::string("chorus: CHORUS_RANKS_PER_NODE='") + (spec ? spec : "") +
+                                "' puts ranks " + std::to_string(nd[0]) + " and " + std::to_string(r) +
+                                " on one node, but they do not share memory");
+    d.topo = mpi_topology::from_nodes(std::move(nodes), size);
+    return d;
 }
 
 } // namespace chorus::detail

@@ -69,49 +69,39 @@ struct threads {
 
 namespace detail {
 
-//! The comparable part of a descriptor, published under a sequence lock so
-//! that a peer may read it while the owner already rewrites it for a later
-//! collective: the reader sees either a consistent copy or "moved on".
+//! The comparable part of a descriptor (its signature and names),
+//! published under a sequence lock so that a peer may read it while the
+//! owner already rewrites it for a later collective: the reader sees
+//! either a consistent copy or "moved on". Word 0 is the sequence number,
+//! 0 while being written.
 struct sig_slot {
-    std::atomic<std::uint64_t> seq{0}; //!< 0 while being written
-    std::atomic<std::uint64_t> count{0}, elem_bytes{0}, type_id{0}, op_id{0}, algo_id{0}, shape{0}, counts_id{0};
+    std::atomic<std::uint64_t> word[call_signature::words]{};
     std::atomic<const char*> type_name{""}, op_name{""}, algo_name{""};
 
     void store(const descriptor& d) {
-        seq.store(0);
-        count.store(d.count);
-        elem_bytes.store(d.elem_bytes);
-        type_id.store(d.type_id);
-        op_id.store(d.op_id);
-        algo_id.store(d.algo_id);
-        counts_id.store(d.counts_id);
-        algo_name.store(d.algo_name);
-        shape.store(std::uint64_t(d.coll) | std::uint64_t(std::uint32_t(d.channels)) << 8 |
-                    std::uint64_t(std::uint32_t(d.root)) << 32);
+        std::uint64_t w[call_signature::words];
+        std::memcpy(w, &d.sig, sizeof w);
+        word[0].store(0);
+        for (int i = 1; i < call_signature::words; ++i) word[i].store(w[i]);
         type_name.store(d.type_name);
         op_name.store(d.op_name);
-        seq.store(d.seq);
+        algo_name.store(d.algo_name);
+        word[0].store(w[0]);
     }
     //! False when the owner is not (or no longer) at collective `want`.
     bool load(std::uint64_t want, descriptor& d) const {
-        if (seq.load() != want) return false;
-        d.count = count.load();
-        d.elem_bytes = elem_bytes.load();
-        d.type_id = type_id.load();
-        d.op_id = op_id.load();
-        d.algo_id = algo_id.load();
-        d.counts_id = counts_id.load();
-        d.algo_name = algo_name.load();
-        const std::uint64_t sh = shape.load();
-        d.coll = static_cast<collective>(sh & 0xff);
-        d.channels = static_cast<int>((sh >> 8) & 0xffffff);
-        d.root = static_cast<int>(static_cast<std::uint32_t>(sh >> 32));
+        if (word[0].load() != want) return false;
+        std::uint64_t w[call_signature::words];
+        w[0] = want;
+        for (int i = 1; i < call_signature::words; ++i) w[i] = word[i].load();
+        std::memcpy(&d.sig, w, sizeof w);
         d.type_name = type_name.load();
         d.op_name = op_name.load();
-        d.seq = want;
-        return seq.load() == want;
+        d.algo_name = algo_name.load();
+        return word[0].load() == want;
     }
 };
+static_assert(sizeof(call_signature) == sizeof(std::uint64_t) * call_signature::words);
 
 struct alignas(64) rank_slot {
     descriptor desc[2];            //!< indexed by seq & 1
@@ -408,12 +398,12 @@ struct threads_transport::env {
     //! collective before this rank is done with them.
     const detail::descriptor* peer_desc(int r) {
         detail::descriptor& d = self.peer_desc_[static_cast<std::size_t>(r)];
-        if (d.seq != seq) {
+        if (d.sig.seq != seq) {
             if (self.peer_checked_[static_cast<std::size_t>(r)] != seq && !check_peer(r)) return nullptr;
             d = w.slot(r).desc[seq & 1];
-            if (d.seq != seq) {
+            if (d.sig.seq != seq) {
                 mismatch = "rank " + std::to_string(r) + " is at a different collective";
-                d.seq = 0;
+                d.sig.seq = 0;
                 return nullptr;
             }
         }
@@ -471,8 +461,7 @@ void threads_transport::run_schedule(const call& cl, const Schedule& sch, const 
     mine.in = in;
     mine.out = cl.out;
     mine.scratch = sch.scratch_elems() ? scratch_.reserve(sch.scratch_elems() * k.types.elem_bytes) : nullptr;
-    detail::describe_call(mine, coll, seq, cl.signature_count, cl.root, channels, k.types, cl.pol);
-    mine.counts_id = cl.counts_id;
+    detail::describe_call(mine, cl, channels);
     w.slot(rank_).sig[seq & 1].store(mine);
 
     // Stream stores past the cache when the ranks' buffers together

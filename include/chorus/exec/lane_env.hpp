@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "../algo/schedule.hpp"
+#include "../core/signature.hpp"
 #include "../core/atomic.hpp"
 #include "../core/config.hpp"
 #include "../core/error.hpp"
@@ -37,17 +38,8 @@ namespace chorus::detail {
 inline constexpr int max_lane_ranks = 64;
 
 //! What ranks compare in checked mode (and on first contact always).
-struct lane_signature {
-    std::uint64_t count = 0;
-    std::uint64_t shape = 0; //!< collective | channels << 8 | root << 32
-    std::uint64_t type_id = 0;
-    std::uint64_t op_id = 0;
-    std::uint64_t algo_id = 0;
-    CHORUS_HD constexpr bool same(const lane_signature& o) const {
-        return count == o.count && shape == o.shape && type_id == o.type_id && op_id == o.op_id &&
-               algo_id == o.algo_id;
-    }
-};
+//! What a rank's kernel compares with its peers' (core/signature.hpp).
+using lane_signature = call_signature;
 
 //! One rank's buffers for one collective on one channel.
 struct lane_desc {
@@ -162,7 +154,7 @@ struct lane_env {
                 s = poll(peer, c, seq << 32);
                 if (s == status::ok) {
                     const lane_signature o = world.areas[peer]->desc[seq & 1][c].sig;
-                    if (!o.same(sig)) {
+                    if (!o.same_call(sig)) {
                         theirs = o;
                         s = status::mismatch;
                     }
