@@ -9,6 +9,7 @@
 
 #include "mpi_test_util.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <span>
@@ -65,6 +66,73 @@ TEST_CASE("schedule executor: a rank that never joins makes the others time out 
     never_joins(comm, named<direct<>>(), true);
     never_joins(comm, named<hierarchical<direct<>, direct<>>>(), comm.nodes() == 1);
     never_joins(comm, named<tree<>>(), false);
+}
+
+TEST_CASE("schedule executor: every pair's sends and receives agree, pushes included (plans of 1-7 ranks)") {
+    // The plans of all ranks, built as each rank builds its own: for every
+    // (sender, receiver) pair the sender's transfers and the receiver's
+    // must match one to one by tag (count, fragments, push or read), or
+    // a call would deadlock or mix data. No MPI traffic: one rank checks.
+    using namespace chorus;
+    if (world().rank() != 0) return;
+    const policy policies[] = {
+        policy_of<ring<>>,
+        policy_of<ring<{.channels = 2, .chunk_bytes = 256}>>,
+        policy_of<hierarchical<ring<{.channels = 2, .chunk_bytes = 256}>, direct<>>>,
+        policy_of<hierarchical<direct<>, ring<{.chunk_bytes = 512}>>>,
+        policy_of<direct<>>,
+        policy_of<tree<>>,
+        policy_of<rabenseifner<>>,
+    };
+    const collective colls[] = {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
+                                collective::broadcast, collective::reduce};
+    int plans = 0, pushes = 0;
+    for (int n = 1; n <= 7; ++n)
+        for (const policy& p : policies)
+            for (const collective coll : colls)
+                for (const std::uint64_t count : {std::uint64_t(1), std::uint64_t(37), std::uint64_t(1000)})
+                    for (const int node_size : {0, 2, 3}) {
+                        if (node_size > 0 && n % node_size != 0) continue;
+                        CAPTURE(n);
+                        CAPTURE(int(coll));
+                        CAPTURE(count);
+                        CAPTURE(node_size);
+                        const std::string algo = detail::policy_text(p);
+                        CAPTURE(algo);
+                        std::vector<detail::sched_plan> plan(static_cast<std::size_t>(n));
+                        for (int me = 0; me < n; ++me) {
+                            auto schedule_of = [&](int q) {
+                                schedule_args a{coll, q, n, n - 1, count, 4, false, node_size};
+                                return make_schedule(p, a);
+                            };
+                            REQUIRE(plan[std::size_t(me)].build(schedule_of, me, n, 4));
+                            ++plans;
+                        }
+                        for (int q = 0; q < n; ++q)
+                            for (int r = 0; r < n; ++r) {
+                                if (q == r) continue;
+                                std::vector<const detail::sched_xfer*> out, in;
+                                for (const auto& x : plan[std::size_t(q)].sends)
+                                    if (x.peer == r) out.push_back(&x);
+                                for (const auto& x : plan[std::size_t(r)].recvs)
+                                    if (x.peer == q) in.push_back(&x);
+                                auto by_tag = [](const detail::sched_xfer* a, const detail::sched_xfer* b) {
+                                    return a->tag < b->tag;
+                                };
+                                std::sort(out.begin(), out.end(), by_tag);
+                                std::sort(in.begin(), in.end(), by_tag);
+                                REQUIRE(out.size() == in.size());
+                                for (std::size_t i = 0; i < out.size(); ++i) {
+                                    REQUIRE(out[i]->tag == in[i]->tag);
+                                    REQUIRE(out[i]->count == in[i]->count);
+                                    REQUIRE(out[i]->frags == in[i]->frags);
+                                    REQUIRE(out[i]->push == in[i]->push);
+                                    pushes += out[i]->push ? 1 : 0;
+                                }
+                            }
+                    }
+    MESSAGE(plans << " plans checked, " << pushes << " pushes");
+    CHECK(pushes > 0);
 }
 
 TEST_CASE("schedule executor: pushes travel as messages into the peer's buffer, in place and not") {
