@@ -107,6 +107,7 @@
 #include "mpi_engine.hpp"
 #include "mpi_node.hpp"
 #include "mpi_schedule.hpp"
+#include "mpi_wait.hpp"
 #include "mpi_wire.hpp"
 #include "transport.hpp"
 
@@ -166,7 +167,6 @@ public:
         real_node_ = std::move(found.real_node);
         pids_ = std::move(found.pids);
         node_topo_ = std::move(found.topo);
-        flat_topo_ = detail::mpi_topology::flat(size_);
 
         // Every rank must use the same window size (pieces are planned from it).
         long long w = static_cast<long long>(detail::default_window_bytes());
@@ -307,12 +307,14 @@ public:
     void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
 
 private:
-    //! The engine (mpi_engine.hpp) for one call; it also gives the schedule
-    //! executor and checked mode their bounded waits.
+    //! The engine (mpi_engine.hpp) for one call, and the bounded wait of
+    //! every MPI path (mpi_wait.hpp).
     template <class T, class Op>
     using engine = mpi_engine<mpi_transport, T, Op>;
     template <class, class, class>
     friend struct mpi_engine;
+    template <class>
+    friend struct mpi_waiter;
 
     void fail_reason(const std::string& why, errc code) {
         {
@@ -342,7 +344,7 @@ private:
     int rank_ = 0, size_ = 1;
     int thread_level_ = MPI_THREAD_SINGLE;
     std::vector<int> real_node_, pids_;
-    detail::mpi_topology node_topo_, flat_topo_;
+    detail::mpi_topology node_topo_;
     detail::node_area node_area_;
     detail::backoff_policy backoff_{};
     std::atomic<bool> broken_{false};
@@ -390,7 +392,7 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
     if (coll == collective::barrier) {
         MPI_Request r = MPI_REQUEST_NULL;
         detail::mpi_check(MPI_Ibarrier(comm_, &r), "MPI_Ibarrier");
-        engine<T, Op> e{*this, node_topo_, node_area_, op, deadline, 1};
+        detail::mpi_waiter<mpi_transport> e{*this, deadline};
         const detail::status st = e.wait(&r, 1, -1, false);
         if (st == detail::status::ok) return;
         if (st == detail::status::peer_exited)
@@ -425,7 +427,7 @@ void mpi_transport::run_engine(const policy& pol, collective coll, const T* in, 
                                                 ": on the MPI backend chunk_bytes must be <= 1 GiB (the policy has " +
                                                 std::to_string(chunk_bytes) + ")");
     const std::uint64_t chunk = std::max<std::uint64_t>(1, chunk_bytes / sizeof(T));
-    engine<T, Op> e{*this, node_topo_, node_area_, op, deadline, chunk};
+    engine<T, Op> e{{*this, deadline}, node_topo_, node_area_, op, chunk};
     const detail::status st = e.run(coll, in, out, count, root);
     if (st == detail::status::ok) return;
     const std::string peer = e.bad_peer >= 0 ? "rank " + std::to_string(e.bad_peer) : std::string("a peer");
@@ -487,14 +489,14 @@ void mpi_transport::run_schedule(const call& c, const T* in, T* out, const Op& o
     auto* staging = plan_.staging_bytes != 0
                         ? static_cast<std::byte*>(staging_.reserve(static_cast<std::size_t>(plan_.staging_bytes)))
                         : nullptr;
-    engine<T, Op> e{*this, flat_topo_, node_area_, op, deadline, 1};
+    detail::mpi_waiter<mpi_transport> e{*this, deadline};
     detail::status st = detail::status::ok;
     int bad = -1;
     std::string doing;
     try {
         // The executor cancels and frees whatever is still in flight when it
         // goes (a failed call); `staging_` outlives it for what cannot be.
-        detail::sched_executor<T, Op, engine<T, Op>> x(plan_, sched_ws_, e, sched_comm_, op, rank_, size_, in, out, scratch,
+        detail::sched_executor<T, Op, detail::mpi_waiter<mpi_transport>> x(plan_, sched_ws_, e, sched_comm_, op, rank_, size_, in, out, scratch,
                                                        staging);
         st = x.run(sch);
         bad = x.bad_peer;
@@ -547,7 +549,7 @@ void mpi_transport::transfer(bool is_send, T* buf, std::uint64_t count, int peer
     };
     constexpr int data_tag = 1, reply_tag = 2;
     constexpr std::uint64_t per = detail::sched_plan::max_message_bytes;
-    engine<unsigned char, detail::copy_only> e{*this, flat_topo_, node_area_, {}, deadline, 1};
+    detail::mpi_waiter<mpi_transport> e{*this, deadline};
     auto check = [&](detail::status st) {
         if (st == detail::status::ok) return;
         if (st == detail::status::aborted)
@@ -628,7 +630,7 @@ inline void mpi_transport::check_all(const detail::descriptor& mine, std::chrono
     MPI_Request r = MPI_REQUEST_NULL;
     detail::mpi_check(MPI_Iallgather(&sig, sizeof sig, MPI_BYTE, all.data(), sizeof sig, MPI_BYTE, comm_, &r),
                       "MPI_Iallgather");
-    engine<unsigned char, detail::copy_only> e{*this, node_topo_, node_area_, {}, deadline, 1};
+    detail::mpi_waiter<mpi_transport> e{*this, deadline};
     const char* head_name = collective_name(mine.sig.coll());
     if (const detail::status st = e.wait(&r, 1, -1, false); st != detail::status::ok) {
         const bool ab = broken();

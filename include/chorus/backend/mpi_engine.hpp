@@ -1,9 +1,9 @@
 #pragma once
 //! \file backend/mpi_engine.hpp
 //! The MPI transport's engine for hierarchical<Intra, ring<>> (see
-//! backend/mpi.hpp for what it does and where it is used), and the
-//! bounded waits every MPI path uses. `Self` is detail::mpi_transport,
-//! whose state it reads. Part of backend/mpi.hpp, which includes it.
+//! backend/mpi.hpp for what it does and where it is used). `Self` is
+//! detail::mpi_transport, whose state it reads. Part of backend/mpi.hpp,
+//! which includes it.
 
 #if !defined(OMPI_SKIP_MPICXX)
 #  define OMPI_SKIP_MPICXX 1
@@ -25,52 +25,38 @@
 #include "../exec/host_reduce_copy.hpp"
 #include "../plan/partition.hpp"
 #include "host_wait.hpp"
+#include "mpi_wait.hpp"
 #include "mpi_node.hpp"
 #include "mpi_schedule.hpp"
 
 namespace chorus::detail {
 
-//! One collective on one rank: the engine described at the top of this file.
+//! One collective on one rank: the engine described in backend/mpi.hpp.
 template <class Self, class T, class Op>
-struct mpi_engine {
-    Self& self;
+struct mpi_engine : mpi_waiter<Self> {
+    using base = mpi_waiter<Self>;
+    using base::bad_peer;
+    using base::check_peer;
+    using base::deadline;
+    using base::doing;
+    using base::self;
+    using base::wait;
+
     const detail::mpi_topology& tp;
     detail::node_area& area;
     Op op;
-    std::chrono::steady_clock::time_point deadline;
     std::uint64_t chunk_elems; //!< inter-node message size (elements)
     alignment align = alignment_of(sizeof(T), 0);
     std::vector<MPI_Request> sends{}; //!< outstanding sends of a chain
-    int bad_peer = -1;
-    const char* doing = "";
-    int mpi_rc = MPI_SUCCESS;
 
     int me() const { return self.rank_; }
+    using base::drop;
     int node() const { return tp.node_of[static_cast<std::size_t>(me())]; }
     int L() const { return area.size(); }
     int l() const { return area.local(); }
     T* tmp(std::uint64_t elems) {
         if (self.tmp_.size() < elems * sizeof(T)) self.tmp_.resize(elems * sizeof(T));
         return reinterpret_cast<T*>(self.tmp_.data());
-    }
-
-    //! What every wait checks between polls: the abort flags, and whether
-    //! the awaited rank's process (peer < 0: any rank's on this machine,
-    //! for waits on several ranks at once) still exists.
-    detail::status check_peer(int peer) {
-        if (self.broken()) return detail::status::aborted;
-        const int here = self.real_node_[static_cast<std::size_t>(me())];
-        auto dead = [&](int r) {
-            return r != me() && self.real_node_[static_cast<std::size_t>(r)] == here &&
-                   !detail::process_alive(self.pids_[static_cast<std::size_t>(r)]);
-        };
-        if (peer >= 0) return dead(peer) ? detail::status::peer_exited : detail::status::ok;
-        for (int r = 0; r < self.size_; ++r)
-            if (dead(r)) {
-                bad_peer = r;
-                return detail::status::peer_exited;
-            }
-        return detail::status::ok;
     }
 
     //! All ranks of this node entered the barrier.
@@ -94,35 +80,6 @@ struct mpi_engine {
         return detail::status::ok;
     }
 
-    //! Waits for k requests. On failure point-to-point requests are
-    //! cancelled and freed; a nonblocking collective's (`p2p` false) can be
-    //! neither (MPI forbids it), so it is left behind with the broken
-    //! communicator.
-    detail::status wait(MPI_Request* reqs, int k, int peer, bool p2p = true) {
-        int done = 0;
-        const detail::status st = detail::poll_until(
-            [&] {
-                if (const int rc = MPI_Testall(k, reqs, &done, MPI_STATUSES_IGNORE); rc != MPI_SUCCESS) {
-                    done = 1; // reported below
-                    mpi_rc = rc;
-                }
-                return done != 0;
-            },
-            [&] { return check_peer(peer); }, deadline, self.backoff_);
-        if (st != detail::status::ok) {
-            if (peer >= 0 || bad_peer < 0) bad_peer = peer;
-            doing = p2p ? "a point-to-point transfer" : "an MPI nonblocking collective";
-            if (p2p)
-                for (int i = 0; i < k; ++i) drop(reqs[i]);
-        }
-        if (mpi_rc != MPI_SUCCESS) detail::mpi_check(mpi_rc, "MPI_Testall"); // a bug: sizes disagree
-        return st;
-    }
-    static void drop(MPI_Request& r) {
-        if (r == MPI_REQUEST_NULL) return;
-        MPI_Cancel(&r);
-        MPI_Request_free(&r);
-    }
     void isend(const T* p, std::uint64_t m, int peer, MPI_Request* r) {
         detail::mpi_check(MPI_Isend(p, static_cast<int>(m * sizeof(T)), MPI_BYTE, peer, 7, self.comm_, r), "MPI_Isend");
     }

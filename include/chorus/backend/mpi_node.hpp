@@ -56,12 +56,6 @@ struct mpi_topology {
         }
         return t;
     }
-    //! Every rank its own node.
-    static mpi_topology flat(int n) {
-        std::vector<std::vector<int>> nodes(static_cast<std::size_t>(n));
-        for (int r = 0; r < n; ++r) nodes[static_cast<std::size_t>(r)] = {r};
-        return from_nodes(std::move(nodes), n);
-    }
     int size(int node) const { return static_cast<int>(nodes[static_cast<std::size_t>(node)].size()); }
     int count() const { return static_cast<int>(nodes.size()); }
 };

@@ -1,0 +1,85 @@
+#pragma once
+//! \file backend/mpi_wait.hpp
+//! The bounded wait every MPI path uses (the schedule executor, checked
+//! mode, barrier, send/recv, the engine): MPI requests polled until done,
+//! the call's deadline, the communicator's broken state, and whether the
+//! awaited process is still alive. `Self` is detail::mpi_transport, whose
+//! state it reads. Part of backend/mpi.hpp, which includes it.
+
+#if !defined(OMPI_SKIP_MPICXX)
+#  define OMPI_SKIP_MPICXX 1
+#endif
+#if !defined(MPICH_SKIP_MPICXX)
+#  define MPICH_SKIP_MPICXX 1
+#endif
+#include <mpi.h>
+
+#include <chrono>
+#include <cstddef>
+
+#include "../core/error.hpp"
+#include "host_wait.hpp"
+#include "mpi_schedule.hpp"
+#include "shm.hpp"
+
+namespace chorus::detail {
+
+template <class Self>
+struct mpi_waiter {
+    Self& self;
+    std::chrono::steady_clock::time_point deadline;
+    int bad_peer = -1;  //!< the rank a failed wait waited for
+    const char* doing = ""; //!< what it waited for
+    int mpi_rc = MPI_SUCCESS;
+
+    //! What every wait checks between polls: the abort flags, and whether
+    //! the awaited rank's process (peer < 0: any rank's on this machine,
+    //! for waits on several ranks at once) still exists.
+    detail::status check_peer(int peer) {
+        if (self.broken()) return detail::status::aborted;
+        const int here = self.real_node_[static_cast<std::size_t>(self.rank_)];
+        auto dead = [&](int r) {
+            return r != self.rank_ && self.real_node_[static_cast<std::size_t>(r)] == here &&
+                   !detail::process_alive(self.pids_[static_cast<std::size_t>(r)]);
+        };
+        if (peer >= 0) return dead(peer) ? detail::status::peer_exited : detail::status::ok;
+        for (int r = 0; r < self.size_; ++r)
+            if (dead(r)) {
+                bad_peer = r;
+                return detail::status::peer_exited;
+            }
+        return detail::status::ok;
+    }
+
+    //! Waits for k requests. On failure point-to-point requests are
+    //! cancelled and freed; a nonblocking collective's (`p2p` false) can be
+    //! neither (MPI forbids it), so it is left behind with the broken
+    //! communicator.
+    detail::status wait(MPI_Request* reqs, int k, int peer, bool p2p = true) {
+        int done = 0;
+        const detail::status st = detail::poll_until(
+            [&] {
+                if (const int rc = MPI_Testall(k, reqs, &done, MPI_STATUSES_IGNORE); rc != MPI_SUCCESS) {
+                    done = 1; // reported below
+                    mpi_rc = rc;
+                }
+                return done != 0;
+            },
+            [&] { return check_peer(peer); }, deadline, self.backoff_);
+        if (st != detail::status::ok) {
+            if (peer >= 0 || bad_peer < 0) bad_peer = peer;
+            doing = p2p ? "a point-to-point transfer" : "an MPI nonblocking collective";
+            if (p2p)
+                for (int i = 0; i < k; ++i) drop(reqs[i]);
+        }
+        if (mpi_rc != MPI_SUCCESS) detail::mpi_check(mpi_rc, "MPI_Testall"); // a bug: sizes disagree
+        return st;
+    }
+    static void drop(MPI_Request& r) {
+        if (r == MPI_REQUEST_NULL) return;
+        MPI_Cancel(&r);
+        MPI_Request_free(&r);
+    }
+};
+
+} // namespace chorus::detail
