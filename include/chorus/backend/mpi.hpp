@@ -59,16 +59,6 @@
 //!
 //! Include <chorus/mpi.hpp> and link MPI (CMake: MPI::MPI_CXX).
 
-// Only MPI's C API is used; keep the deprecated C++ bindings (and their
-// warnings) out.
-#if !defined(OMPI_SKIP_MPICXX)
-#  define OMPI_SKIP_MPICXX 1
-#endif
-#if !defined(MPICH_SKIP_MPICXX)
-#  define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -104,6 +94,7 @@
 #include "../plan/partition.hpp"
 #include "host_common.hpp"
 #include "host_wait.hpp"
+#include "mpi_c.hpp"
 #include "mpi_engine.hpp"
 #include "mpi_node.hpp"
 #include "mpi_schedule.hpp"

@@ -5,14 +5,6 @@
 //! detail::mpi_transport, whose state it reads. Part of backend/mpi.hpp,
 //! which includes it.
 
-#if !defined(OMPI_SKIP_MPICXX)
-#  define OMPI_SKIP_MPICXX 1
-#endif
-#if !defined(MPICH_SKIP_MPICXX)
-#  define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
@@ -25,9 +17,10 @@
 #include "../exec/host_reduce_copy.hpp"
 #include "../plan/partition.hpp"
 #include "host_wait.hpp"
-#include "mpi_wait.hpp"
+#include "mpi_c.hpp"
 #include "mpi_node.hpp"
 #include "mpi_schedule.hpp"
+#include "mpi_wait.hpp"
 
 namespace chorus::detail {
 

@@ -5,14 +5,6 @@
 //! node's ranks (node_area: one POSIX shared-memory segment per node,
 //! shm.hpp). Part of backend/mpi.hpp, which includes it.
 
-#if !defined(OMPI_SKIP_MPICXX)
-#  define OMPI_SKIP_MPICXX 1
-#endif
-#if !defined(MPICH_SKIP_MPICXX)
-#  define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -29,6 +21,7 @@
 #endif
 
 #include "../core/error.hpp"
+#include "mpi_c.hpp"
 #include "mpi_schedule.hpp"
 #include "shm.hpp"
 

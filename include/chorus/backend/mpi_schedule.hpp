@@ -63,14 +63,6 @@
 //! backend is tested with. Far more ranks or chunks would want the plan
 //! cached per call shape.
 
-#if !defined(OMPI_SKIP_MPICXX)
-#  define OMPI_SKIP_MPICXX 1
-#endif
-#if !defined(MPICH_SKIP_MPICXX)
-#  define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
-
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -83,6 +75,7 @@
 #include "../exec/host_kernel.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
+#include "mpi_c.hpp"
 
 namespace chorus::detail {
 
@@ -261,21 +254,19 @@ private:
                 return;
             }
         }
-        sched_xfer x{};
-        x.peer = peer;
-        x.channel = c;
-        x.unit = u;
-        x.loc = src.loc;
-        x.offset = src.offset;
-        x.count = cnt;
         if (recv) reads.push_back({src, cnt, list.size(), 0});
         open_[k] = list.size();
-        list.push_back(x);
+        list.push_back(transfer(peer, c, u, src, cnt, false));
     }
 
     //! A push transfer (never merged).
     void add_push(std::vector<sched_xfer>& list, int peer, int c, std::uint64_t trigger, const operand& slice,
                   std::uint64_t cnt) {
+        list.push_back(transfer(peer, c, trigger, slice, cnt, true));
+    }
+
+    static sched_xfer transfer(int peer, int c, std::uint64_t trigger, const operand& slice, std::uint64_t cnt,
+                               bool push) {
         sched_xfer x{};
         x.peer = peer;
         x.channel = c;
@@ -283,8 +274,8 @@ private:
         x.loc = slice.loc;
         x.offset = slice.offset;
         x.count = cnt;
-        x.push = true;
-        list.push_back(x);
+        x.push = push;
+        return x;
     }
 
     //! Walks schedule `s` of rank `owner` in execution order and calls

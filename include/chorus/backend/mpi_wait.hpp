@@ -6,19 +6,12 @@
 //! awaited process is still alive. `Self` is detail::mpi_transport, whose
 //! state it reads. Part of backend/mpi.hpp, which includes it.
 
-#if !defined(OMPI_SKIP_MPICXX)
-#  define OMPI_SKIP_MPICXX 1
-#endif
-#if !defined(MPICH_SKIP_MPICXX)
-#  define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
-
 #include <chrono>
 #include <cstddef>
 
 #include "../core/error.hpp"
 #include "host_wait.hpp"
+#include "mpi_c.hpp"
 #include "mpi_schedule.hpp"
 #include "shm.hpp"
 
