@@ -21,8 +21,8 @@
 #include "../core/error.hpp"
 #include "../core/signature.hpp"
 #include "../exec/host_kernel.hpp"
-#include "transport.hpp"
 #include "../ops/traits.hpp"
+#include "transport.hpp"
 
 namespace chorus::detail {
 

@@ -270,18 +270,10 @@ public:
 
     //! Async calls run on the communicator's worker thread.
     void check_launch(collective coll, const void*, const void*, std::uint64_t, bool async) const {
-        if (async && thread_level_ < MPI_THREAD_MULTIPLE)
-            throw error(errc::invalid_argument,
-                        std::string("chorus::") + collective_name(coll) +
-                            "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but async collectives run on "
-                            "chorus's worker thread (use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
+        if (async) need_threads(collective_name(coll), "collectives");
     }
     void check_p2p(const char* fn, const void*, bool async) const {
-        if (async && thread_level_ < MPI_THREAD_MULTIPLE)
-            throw error(errc::invalid_argument,
-                        std::string("chorus::") + fn +
-                            "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but async calls run on "
-                            "chorus's worker thread (use MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...))");
+        if (async) need_threads(fn, "calls");
     }
 
     //! One collective (see the file comment for which policy runs where).
@@ -323,8 +315,15 @@ private:
     void run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
                     int root, std::chrono::steady_clock::time_point deadline, call_settings cs);
     template <class T, class Op, class Schedules>
-    void run_schedule(const call& c, const T* in, T* out, const Op& op, Schedules& s,
+    void run_schedule(const call& c, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
                       std::chrono::steady_clock::time_point deadline);
+    void need_threads(const char* fn, const char* what) const {
+        if (thread_level_ < MPI_THREAD_MULTIPLE)
+            throw error(errc::invalid_argument,
+                        std::string("chorus::") + fn + "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but " +
+                            "async " + what + " run on chorus's worker thread (use MPI_Init_thread(..., " +
+                            "MPI_THREAD_MULTIPLE, ...))");
+    }
     [[noreturn]] void fail_call(const std::string& head, errc code, const std::string& msg) {
         fail_reason("rank " + std::to_string(rank_) + ": " + head + ": " + msg, code);
         throw error(code, "chorus::" + head + ": " + msg);
@@ -396,14 +395,15 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
     }
 
     // Every policy runs the exchange collectives' schedule, tuned by the policy.
-    if (is_exchange(coll)) return run_schedule<T>(c, in, out, op, s, deadline);
+    const policy chosen = s.chosen(); // automatic as its pick
+    if (is_exchange(coll)) return run_schedule<T>(c, chosen, in, out, op, s, deadline);
     if (c.count == 0) return;
     // hierarchical with ring between nodes runs on the engine, and so does
     // automatic's pick of hierarchical (hierarchical<>); the rest as schedules.
-    if (const policy chosen = s.chosen(); detail::engine_policy(chosen))
+    if (detail::engine_policy(chosen))
         run_engine<T, Op>(chosen, coll, in, out, c.count, op, c.root, deadline, cs);
     else
-        run_schedule<T>(c, in, out, op, s, deadline);
+        run_schedule<T>(c, chosen, in, out, op, s, deadline);
 }
 
 //! hierarchical<Intra, ring<P>>: the engine (see the file comment).
@@ -441,10 +441,9 @@ void mpi_transport::run_engine(const policy& pol, collective coll, const T* in, 
 //! Every other policy: its schedule on the schedule executor
 //! (mpi_schedule.hpp).
 template <class T, class Op, class Schedules>
-void mpi_transport::run_schedule(const call& c, const T* in, T* out, const Op& op, Schedules& s,
+void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
                                  std::chrono::steady_clock::time_point deadline) {
-    const collective coll = c.coll;
-    const policy pol = s.chosen(); // automatic as its pick: the plan key, and what errors name
+    const collective coll = c.coll; // pol: automatic as its pick, the plan key and what errors name
     const call_settings cs = c.settings;
     const char* head_name = collective_name(coll);
     const auto& sch = s.mine();

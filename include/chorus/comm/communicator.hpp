@@ -155,7 +155,8 @@ public:
     //! \internal Runs (or queues) one send (is_send) or receive of `count`
     //! elements to or from `peer`, on transports that have point-to-point.
     //! Messages between two ranks match in issue order, independently of
-    //! the collectives. Validated by the caller (buf holds count elements).
+    //! the collectives. Validated by the caller (collectives/p2p.hpp: buf
+    //! holds count elements, peer is another rank).
     template <class T>
         requires requires(transport_type& t, T* buf, detail::call_settings cs) {
             t.template transfer<T>(true, buf, std::uint64_t{}, 0, std::uint64_t{}, cs);
@@ -163,9 +164,6 @@ public:
     future p2p(bool is_send, T* buf, std::uint64_t count, int peer, bool async) {
         const char* fn = is_send ? "send" : "recv";
         if (t_.broken()) throw_broken(fn);
-        if (peer < 0 || peer >= size() || peer == rank())
-            throw error(errc::invalid_argument, std::string("chorus::") + fn + ": `peer` is " + std::to_string(peer) +
-                                                    " but must be another rank of 0.." + std::to_string(size() - 1));
         t_.check_p2p(fn, buf, async);
         if (sent_.empty()) {
             sent_.assign(static_cast<std::size_t>(size()), 0);
