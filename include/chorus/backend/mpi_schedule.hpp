@@ -486,19 +486,17 @@ private:
     //! Starts transfer x (straight from this rank's buffer).
     void send(const sched_xfer& x) {
         const std::uint64_t per = std::max<std::uint64_t>(1, sched_plan::max_message_bytes / sizeof(T));
-        {
-            const T* base = own({me_, x.loc, x.offset});
-            for (int f = 0; f < x.frags; ++f) {
-                const std::uint64_t first = std::uint64_t(f) * per;
-                const std::uint64_t m = std::min(per, x.count - first);
-                send_reqs_.push_back(MPI_REQUEST_NULL);
-                send_peer_.push_back(x.peer);
-                send_begin_.push_back(reinterpret_cast<std::uintptr_t>(base + first));
-                send_end_.push_back(reinterpret_cast<std::uintptr_t>(base + first + m));
-                mpi_check(MPI_Isend(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, x.tag + f, comm_,
-                                    &send_reqs_.back()),
-                          "MPI_Isend");
-            }
+        const T* base = own({me_, x.loc, x.offset});
+        for (int f = 0; f < x.frags; ++f) {
+            const std::uint64_t first = std::uint64_t(f) * per;
+            const std::uint64_t m = std::min(per, x.count - first);
+            send_reqs_.push_back(MPI_REQUEST_NULL);
+            send_peer_.push_back(x.peer);
+            send_begin_.push_back(reinterpret_cast<std::uintptr_t>(base + first));
+            send_end_.push_back(reinterpret_cast<std::uintptr_t>(base + first + m));
+            mpi_check(MPI_Isend(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, x.tag + f, comm_,
+                                &send_reqs_.back()),
+                      "MPI_Isend");
         }
     }
 
