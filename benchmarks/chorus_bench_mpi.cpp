@@ -66,8 +66,7 @@ using comm_type = chorus::communicator<chorus::mpi>;
 //! The policies --algo knows (chorus_cli::parse_policies): chorus::policy_names
 //! but deterministic, in that order for --algo all, each with its default
 //! tuning (the values the policy types describe). All of them run every
-//! collective measured here on communicator<mpi> (ring<> and hierarchical<>
-//! on its engine, the others as schedules).
+//! collective measured here on communicator<mpi>, as schedules.
 bool known_algo(std::string_view name) { return name != "deterministic"; }
 
 //! The policy --algo calls `name` (parse() checked that it is known).

@@ -383,15 +383,6 @@ constexpr series_spec correction_plan[] = {
     {coll_kind::reduce, model::algorithm::tree},
 };
 
-//! On MPI hierarchical<> is the shared-memory engine for every collective:
-//! corrected for each.
-constexpr series_spec mpi_extra_plan[] = {
-    {coll_kind::all_gather, model::algorithm::hierarchical},
-    {coll_kind::reduce_scatter, model::algorithm::hierarchical},
-    {coll_kind::broadcast, model::algorithm::hierarchical},
-    {coll_kind::reduce, model::algorithm::hierarchical},
-};
-
 //! Times collective `k` under policy `pol` at every size: seconds per call;
 //! sizes too small for one float per rank come back as 0.
 std::vector<double> time_sweep(const chorus::policy& pol, const options& o, int n, coll_kind k,
@@ -513,7 +504,6 @@ std::string utc_now() {
 std::string measure_corrections(const options& o, int n, model::topology& t) {
     constexpr int G = model::correction_points;
     std::vector<series_spec> plan(std::begin(correction_plan), std::end(correction_plan));
-    if (on_mpi) plan.insert(plan.end(), std::begin(mpi_extra_plan), std::end(mpi_extra_plan));
     const std::size_t S = plan.size();
     std::vector<double> grid;
     for (int i = 0; i < G; ++i) {

@@ -4,8 +4,8 @@
 // well within their deadline instead of hanging, and the job must exit
 // non-zero. Each survivor prints what it caught, then aborts the job
 // (MPI_Finalize would wait for the dead rank).
-// Argument "direct": the AllReduce runs direct<> on the schedule executor;
-// otherwise ("engine") hierarchical<> on the engine.
+// Argument "direct": the AllReduce runs direct<>; otherwise
+// ("hierarchical") hierarchical<>, staged through the node's windows.
 
 #include <chorus/mpi.hpp>
 

@@ -72,7 +72,9 @@ TEST_CASE("schedule executor: every pair's sends and receives agree, pushes incl
     // The plans of all ranks, built as each rank builds its own: for every
     // (sender, receiver) pair the sender's transfers and the receiver's
     // must match one to one by tag (count, fragments, push or read), or
-    // a call would deadlock or mix data. No MPI traffic: one rank checks.
+    // a call would deadlock or mix data; and every rank must agree on
+    // whether node peers meet in shared memory (windows of 4 KiB: the
+    // staged hierarchical<>, in pieces). No MPI traffic: one rank checks.
     using namespace chorus;
     if (world().rank() != 0) return;
     const policy policies[] = {
@@ -86,28 +88,36 @@ TEST_CASE("schedule executor: every pair's sends and receives agree, pushes incl
     };
     const collective colls[] = {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
                                 collective::broadcast, collective::reduce};
-    int plans = 0, pushes = 0;
+    int plans = 0, pushes = 0, shared = 0;
     for (int n = 1; n <= 7; ++n)
         for (const policy& p : policies)
             for (const collective coll : colls)
                 for (const std::uint64_t count : {std::uint64_t(1), std::uint64_t(37), std::uint64_t(1000)})
-                    for (const int node_size : {0, 2, 3}) {
+                    for (const int node_size : {0, 2, 3})
+                    for (const std::uint64_t window : {std::uint64_t(0), std::uint64_t(4096)}) {
                         if (node_size > 0 && n % node_size != 0) continue;
+                        if (window != 0 && node_size == 0) continue;
+                        std::vector<int> node_of(static_cast<std::size_t>(n), 0);
+                        for (int q = 0; q < n; ++q) node_of[std::size_t(q)] = node_size > 0 ? q / node_size : 0;
                         CAPTURE(n);
                         CAPTURE(int(coll));
                         CAPTURE(count);
                         CAPTURE(node_size);
+                        CAPTURE(window);
                         const std::string algo = detail::policy_text(p);
                         CAPTURE(algo);
                         std::vector<detail::sched_plan> plan(static_cast<std::size_t>(n));
                         for (int me = 0; me < n; ++me) {
                             auto schedule_of = [&](int q) {
                                 schedule_args a{coll, q, n, n - 1, count, 4, false, node_size};
+                                a.node_window_bytes = window;
                                 return make_schedule(p, a);
                             };
-                            REQUIRE(plan[std::size_t(me)].build(schedule_of, me, n, 4));
+                            REQUIRE(plan[std::size_t(me)].build(schedule_of, me, n, 4, node_of, window / 4));
+                            REQUIRE(plan[std::size_t(me)].shared == plan[0].shared);
                             ++plans;
                         }
+                        shared += plan[0].shared ? 1 : 0;
                         for (int q = 0; q < n; ++q)
                             for (int r = 0; r < n; ++r) {
                                 if (q == r) continue;
@@ -131,8 +141,9 @@ TEST_CASE("schedule executor: every pair's sends and receives agree, pushes incl
                                 }
                             }
                     }
-    MESSAGE(plans << " plans checked, " << pushes << " pushes");
+    MESSAGE(plans << " plans checked, " << pushes << " pushes, " << shared << " calls in shared memory");
     CHECK(pushes > 0);
+    CHECK(shared > 0);
 }
 
 TEST_CASE("schedule executor: pushes travel as messages into the peer's buffer, in place and not") {

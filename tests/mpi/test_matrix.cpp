@@ -1,6 +1,5 @@
-// The policy matrix over MPI: every policy of matrix_policies() (ring<>
-// and hierarchical<*, ring<>> on the engine, the others on the schedule
-// executor) x every collective x operators x element types x ragged counts
+// The policy matrix over MPI: every policy of matrix_policies() (each on
+// the schedule executor) x every collective x operators x element types x ragged counts
 // x in place / out of place, checked bit for bit against a serial
 // reference folded in rank order; the non-commutative operators on every
 // policy that keeps rank order (and their refusal by the others); then the

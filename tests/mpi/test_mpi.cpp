@@ -1,7 +1,7 @@
 // chorus over MPI, run under mpiexec with 1 to 9 processes and with
 // emulated node splits (CHORUS_RANKS_PER_NODE, e.g. 2 or 3,2,1) and small
 // windows (CHORUS_SHM_BYTES, so large counts go through in pieces): see
-// tests/mpi/CMakeLists.txt. Covers hierarchical<> (the engine) on every
+// tests/mpi/CMakeLists.txt. Covers hierarchical<> on every
 // classic collective with the built-in operators on every arithmetic
 // element type and with the commutative user operators, ring<> with a
 // user type, hierarchical<> with small inter-node chunks, async ordering,

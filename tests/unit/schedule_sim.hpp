@@ -40,7 +40,10 @@
 //!   * a unit writes only its own rank's buffers (a push to dst2 only
 //!     where allowed), within bounds; combining sources only of one index,
 //!     never garbage, never a finished element;
-//!   * no deadlock: while some rank has not returned, some actor can move.
+//!   * no deadlock: while some rank has not returned, some actor can move;
+//!   * with private_buffers(L) (nodes of L consecutive ranks whose
+//!     buffers are private: MPI processes): a unit touches a node peer's
+//!     buffers only in its scratch (the window the node shares).
 //! The caller then reads the results (at()) and checks them.
 
 #include <chorus/algo/any_schedule.hpp>
@@ -146,6 +149,10 @@ public:
         }
     }
 
+    //! Ranks of a node (L consecutive) read or write each other's
+    //! scratch only (see the file comment); 0: no such rule.
+    void private_buffers(int node_size) { private_node_size_ = node_size; }
+
     //! The call's shape, for the caller's checks and messages.
     int ranks() const { return n_; }
     int channels() const { return channels_; }
@@ -216,6 +223,7 @@ private:
     bool pushes_;
     std::vector<rank_call> calls_;
     std::vector<std::vector<sym>> scratch_;
+    int private_node_size_ = 0;
     std::vector<actor> actors_;
     std::vector<bool> returned_;
     std::vector<int> trace_; //!< moves so far: 3 * actor + (0 register, 1 unit, 2 final)
@@ -341,6 +349,9 @@ private:
         if (s.dst2.loc != where::none && !pushes_) return fail("writes a second destination (a push)");
         const auto add = [&](const operand& o, bool dst) {
             if (o.rank < 0 || o.rank >= n_) return fail("an operand names rank " + std::to_string(o.rank));
+            if (private_node_size_ > 0 && o.rank != a.rank && o.rank / private_node_size_ == a.rank / private_node_size_ &&
+                o.loc != where::scratch)
+                return fail("touches node peer " + std::to_string(o.rank) + "'s private buffer");
             const operand r = resolve(o);
             if (o.offset + s.count > size_of(o) || r.offset + s.count > size_of(r))
                 return fail("operand out of bounds: " + text({o.rank, o.loc, o.offset, o.offset + s.count}));

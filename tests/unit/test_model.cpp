@@ -468,8 +468,9 @@ TEST_CASE("model: with flat_inter (MPI) flat schedules pay the inter link, hiera
     CHECK(hier.intra.steps == 6);
     CHECK(hier.inter.steps == 0);
     CHECK(model::best(collective::all_reduce, 4, S, one_host) == algorithm::hierarchical);
-    // The other collectives' hierarchical<> runs its intra ring on one node too.
-    CHECK(model::decompose(collective::all_gather, algorithm::hierarchical, 4, S, one_host).inter.steps == 0);
+    // The other collectives' hierarchical<> runs its intra ring flat: point-to-point.
+    CHECK(model::decompose(collective::all_gather, algorithm::hierarchical, 4, S, one_host).inter.steps == 3);
+    CHECK(model::decompose(collective::all_gather, algorithm::hierarchical, 4, S, one_host).intra.steps == 0);
     // Two nodes of 2: hierarchical crosses the inter link once per node group.
     const model::topology two = model::mpi_topology(2, true);
     const model::breakdown h2 = model::decompose(collective::all_reduce, algorithm::hierarchical, 4, S, two);
@@ -525,8 +526,8 @@ TEST_CASE("automatic: the pick follows the topology it is given, its scratch lim
     a.node_size = 4;
     a.count = 4 << 20;
     CHECK(chorus::automatic::choose(a) == algorithm::hierarchical);
-    a.coll = collective::all_gather; // for every collective there
-    CHECK(chorus::automatic::choose(a) == algorithm::hierarchical);
+    a.coll = collective::all_gather; // AllReduce only: the others would run its ring flat
+    CHECK(chorus::automatic::choose(a) != algorithm::hierarchical);
     a.coll = collective::all_reduce;
     model::topology no_split = mpi; // no node split known: not a candidate
     no_split.ranks_per_node = 0;

@@ -30,15 +30,19 @@ namespace {
 //! One call of `coll` on every rank, as the API lays out its buffers and
 //! in place aliasing; inputs hold rank r's contribution and the element's
 //! index (AllGather: its index in the gathered output).
+//! `window`: schedule_args::node_window_bytes (the node's ranks then keep
+//! their buffers private, and the simulation checks they do).
 schedule_sim simulation(const policy& pol, collective coll, bool in_place, int n, int root, std::uint64_t count,
-                        int node_size, channel_order order) {
+                        int node_size, channel_order order, std::uint64_t window = 0) {
     const bool blocks = coll == collective::all_gather || coll == collective::reduce_scatter;
     const std::uint64_t big = blocks ? count * std::uint64_t(n) : count;
     std::vector<chorus_sim::rank_call> calls(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
         chorus_sim::rank_call& k = calls[std::size_t(r)];
         const bool ip = in_place && (coll != collective::reduce || r == root) && coll != collective::broadcast;
-        k.sch = make_schedule(pol, schedule_args{coll, r, n, root, count, 4, ip, node_size});
+        schedule_args a{coll, r, n, root, count, 4, ip, node_size};
+        a.node_window_bytes = window;
+        k.sch = make_schedule(pol, a);
         k.in.resize(coll == collective::all_gather ? count : big);
         k.out.resize(coll == collective::reduce_scatter ? count : big);
         const std::uint64_t first = coll == collective::all_gather ? std::uint64_t(r) * count : 0;
@@ -50,7 +54,9 @@ schedule_sim simulation(const policy& pol, collective coll, bool in_place, int n
         else if (coll == collective::reduce_scatter) k.in_place = {where::out, std::uint64_t(r) * count};
         else k.in_place = {where::in, 0};
     }
-    return schedule_sim(std::move(calls), order, true);
+    schedule_sim s(std::move(calls), order, true);
+    if (window != 0 && s.schedule(0).kind == schedule_kind::staged) s.private_buffers(node_size);
+    return s;
 }
 
 //! Every output element: its index, each rank's contribution exactly once
@@ -168,6 +174,60 @@ TEST_CASE("hierarchical schedules: every interleaving sampled is race-free, dead
                                   L);
     }
     MESSAGE("simulated runs: " << runs);
+}
+
+TEST_CASE("staged hierarchical schedules: node peers touch only windows; race-free, deadlock-free and exact") {
+    // hierarchical<> AllReduce where ranks keep their buffers private (MPI):
+    // nodes of L = 2..4 ranks, one node (one-shot or not) or several,
+    // windows from 256 B (many pieces, ragged blocks) to 1 MiB (one piece),
+    // in place or not, under both executors' channel semantics.
+    std::mt19937 rng(777);
+    int runs = 0, pieces = 0;
+    const algorithm r = algorithm::ring, d = algorithm::direct;
+    for (const policy& pol : {hier(r, 1, 16, r, 1, 16), hier(d, 1, 4096, r, 1, 4096), hier(r, 2, 16, d, 1, 16)})
+        for (int n = 2; n <= 9; ++n)
+            for (int L = 2; L <= 4 && L <= n; ++L) {
+                if (n % L != 0) continue;
+                for (const std::uint64_t window : {std::uint64_t(256), std::uint64_t(4096), std::uint64_t(1) << 20})
+                    for (const std::uint64_t count : {std::uint64_t(1), std::uint64_t(n + 1), std::uint64_t(37),
+                                                      std::uint64_t(1000), std::uint64_t(9001)})
+                        for (int t = 0; t < 4; ++t) {
+                            const bool in_place = t % 2 == 1;
+                            const channel_order order = t / 2 ? channel_order::interleaved : channel_order::independent;
+                            schedule_sim s = simulation(pol, collective::all_reduce, in_place, n, 0, count, L, order, window);
+                            const std::string algo = detail::policy_text(pol);
+                            CAPTURE(algo);
+                            CAPTURE(n);
+                            CAPTURE(L);
+                            CAPTURE(window);
+                            CAPTURE(count);
+                            CAPTURE(in_place);
+                            REQUIRE(s.schedule(0).kind == schedule_kind::staged);
+                            REQUIRE(s.schedule(0).scratch_elems() * 4 <= window);
+                            const bool ok = s.run(rng);
+                            ++runs;
+                            pieces += s.schedule(0).staged.pieces > 1 ? 1 : 0;
+                            REQUIRE_MESSAGE(ok, s.error);
+                            const std::string v = verify(s, collective::all_reduce, 0, count);
+                            REQUIRE_MESSAGE(v.empty(), v << "\n  " << s.moves(64));
+                        }
+            }
+    MESSAGE("simulated runs: " << runs << " (" << pieces << " in several pieces)");
+    CHECK(pieces > 0);
+    // Where it does not apply: other collectives, no window, a window too
+    // small for one granule per rank, nodes of one rank.
+    const policy H = hier(r, 1, 16, r, 1, 16);
+    auto kind = [&](collective c, int L, std::uint64_t w) {
+        schedule_args a{c, 0, 4, 0, 100, 4, false, L};
+        a.node_window_bytes = w;
+        return make_schedule(H, a).kind;
+    };
+    CHECK(kind(collective::all_reduce, 2, 4096) == schedule_kind::staged);
+    CHECK(kind(collective::all_reduce, 4, 4096) == schedule_kind::staged);
+    CHECK(kind(collective::all_reduce, 2, 0) == schedule_kind::hierarchical);
+    CHECK(kind(collective::all_reduce, 2, 16) == schedule_kind::hierarchical);
+    CHECK(kind(collective::all_reduce, 1, 4096) == schedule_kind::hierarchical);
+    CHECK(kind(collective::reduce_scatter, 2, 4096) == schedule_kind::ring);
 }
 
 TEST_CASE("tree schedules: every interleaving sampled is race-free, deadlock-free and exact") {

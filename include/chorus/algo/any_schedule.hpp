@@ -28,6 +28,7 @@
 #include "recursive_doubling.hpp"
 #include "ring.hpp"
 #include "schedule.hpp"
+#include "staged.hpp"
 #include "tree.hpp"
 #include "two_shot.hpp"
 
@@ -42,6 +43,7 @@ enum class schedule_kind : std::uint8_t {
     rabenseifner,
     two_shot,
     hierarchical,
+    staged,
     exchange,
 };
 
@@ -56,6 +58,7 @@ struct any_schedule {
         rabenseifner_schedule rab;
         two_shot_schedule two_shot;
         hierarchical_schedule hier;
+        staged_schedule staged;
         exchange_schedule exchange;
     };
 
@@ -68,6 +71,7 @@ struct any_schedule {
     CHORUS_HD constexpr any_schedule(const rabenseifner_schedule& s) : kind{schedule_kind::rabenseifner}, rab{s} {}
     CHORUS_HD constexpr any_schedule(const two_shot_schedule& s) : kind{schedule_kind::two_shot}, two_shot{s} {}
     CHORUS_HD constexpr any_schedule(const hierarchical_schedule& s) : kind{schedule_kind::hierarchical}, hier{s} {}
+    CHORUS_HD constexpr any_schedule(const staged_schedule& s) : kind{schedule_kind::staged}, staged{s} {}
     CHORUS_HD constexpr any_schedule(const leaf_schedule& s) : any_schedule() {
         if (s.is_direct) *this = any_schedule(s.direct);
         else *this = any_schedule(s.ring);
@@ -84,6 +88,7 @@ struct any_schedule {
         case schedule_kind::rabenseifner: return f(rab);
         case schedule_kind::two_shot: return f(two_shot);
         case schedule_kind::hierarchical: return f(hier);
+        case schedule_kind::staged: return f(staged);
         case schedule_kind::exchange: return f(exchange);
         case schedule_kind::ring: break;
         }
@@ -133,6 +138,7 @@ constexpr any_schedule make_fixed_schedule(const policy& p, const schedule_args&
         if (!all_reduce) return make_direct_schedule(a, t.channels, t.chunk_bytes);
         return make_two_shot_schedule(a, t);
     case algorithm::hierarchical:
+        if (staged_split(p, a)) return make_staged_schedule(p, a);
         if (hierarchical_split(a)) return make_hierarchical_schedule(p, a);
         // Flat: Intra's own schedule over all ranks.
         if (p.intra == algorithm::direct) return make_direct_schedule(a, t.channels, t.chunk_bytes);

@@ -87,9 +87,6 @@ inline int auto_candidates(const schedule_args& a, const model::topology& t,
         if (comm || a.coll == collective::all_gather) cand[k++] = algorithm::ring;
         break;
     }
-    // On MPI hierarchical<> is the shared-memory engine for every collective.
-    const bool copies = a.coll == collective::all_gather || a.coll == collective::broadcast;
-    if (a.coll != collective::all_reduce && t.flat_inter && split && (comm || copies)) cand[k++] = algorithm::hierarchical;
     return k;
 }
 //! One choice automatic made, with what it was made for: a repeated call

@@ -131,6 +131,12 @@ struct schedule_args {
     //! Scratch the backend can give one call, bytes (0: as much as needed):
     //! automatic leaves out algorithms that would need more.
     std::uint64_t scratch_limit_bytes = 0;
+    //! Bytes of scratch this rank's node peers can read, where they can
+    //! read nothing else of it (ranks that keep their buffers private, as
+    //! MPI processes do: the transport puts scratch in a window the node
+    //! shares). hierarchical<> then stages through the windows
+    //! (algo/staged.hpp). 0: peers read each other's buffers directly.
+    std::uint64_t node_window_bytes = 0;
 };
 
 //! True when two calls have the same schedule_args (every field; pointers
@@ -139,7 +145,7 @@ CHORUS_HD constexpr bool same_args(const schedule_args& a, const schedule_args& 
     return a.coll == b.coll && a.rank == b.rank && a.nranks == b.nranks && a.root == b.root && a.count == b.count &&
            a.elem_bytes == b.elem_bytes && a.in_place == b.in_place && a.node_size == b.node_size &&
            a.counts == b.counts && a.commutative == b.commutative && a.topo == b.topo &&
-           a.scratch_limit_bytes == b.scratch_limit_bytes;
+           a.scratch_limit_bytes == b.scratch_limit_bytes && a.node_window_bytes == b.node_window_bytes;
 }
 
 //! Whether one rank's call is in place as the API defines it: AllGather,

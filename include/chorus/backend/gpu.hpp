@@ -225,6 +225,8 @@ public:
     const model::topology& topology() const noexcept { return world_->topo; }
     //! Scratch was allocated once per rank: automatic leaves out what needs more.
     std::uint64_t scratch_limit_bytes() const noexcept { return world_->scratch_bytes; }
+    //! Peers read each other's buffers directly.
+    std::uint64_t node_window_bytes() const noexcept { return 0; }
     //! The CUDA device this rank runs on.
     int device() const noexcept { return world_->dev[std::size_t(rank_)]; }
     //! The stream calls without a stream argument use (owned by chorus).

@@ -4,38 +4,26 @@
 //! launches, places and connects them; chorus moves the data with its own
 //! algorithms, operators, partitioning and async API.
 //!
-//! Which policy runs where:
-//!  * hierarchical<Intra, ring<P>> (any Intra) runs on the *engine*
-//!    (backend/mpi_engine.hpp: shared-memory windows plus MPI
-//!    point-to-point), and so does automatic when it picks hierarchical
-//!    (hierarchical<>).
-//!  * Every other policy (ring<>, direct<>, tree<>, recursive_doubling<>,
-//!    rabenseifner<>, two_shot<>, deterministic<>, hierarchical<Intra,
-//!    Inter> with Inter not a ring, automatic's other picks), and the
-//!    exchange collectives (all_to_all, all_gatherv, reduce_scatterv,
-//!    all_to_allv: algo/exchange.hpp's schedule, whatever the policy) run
-//!    their schedule with the shared rank program over MPI point-to-point
-//!    (the schedule executor, backend/mpi_schedule.hpp). Hierarchical
-//!    schedules get schedule_args::node_size = ranks per node when every
-//!    node has the same size and holds consecutive ranks, else 0 (flat).
-//!  * send/recv (p2p) are MPI point-to-point on a communicator of their own.
-//!  * barrier is MPI_Ibarrier, polled.
+//! Every collective runs its policy's schedule with the shared rank
+//! program (exec/rank_program.hpp) on the schedule executor
+//! (backend/mpi_schedule.hpp), whatever the policy; the exchange
+//! collectives (all_to_all, all_gatherv, reduce_scatterv, all_to_allv)
+//! run algo/exchange.hpp's schedule. Schedules get schedule_args::node_size
+//! = ranks per node when every node has the same size and holds
+//! consecutive ranks (the real split, or CHORUS_RANKS_PER_NODE's), else 0,
+//! and node_window_bytes = each rank's window in its node's shared memory
+//! (CHORUS_SHM_BYTES, default 16 MiB) when nodes have several ranks:
+//! hierarchical<> AllReduce then stages through the windows
+//! (algo/staged.hpp). send/recv (p2p) are MPI point-to-point on a
+//! communicator of their own; barrier is MPI_Ibarrier, polled.
 //!
-//! The engine runs a collective over a *node split* of the ranks:
-//!  1. each rank copies its share of the input into its window (shared
-//!     memory with the other ranks of its node);
-//!  2. intra-node: each rank reduces (or gathers) its block of the node's
-//!     data straight out of its node peers' windows, in local rank order;
-//!  3. inter-node: the owners of each segment (one per node) combine it
-//!     over MPI point-to-point, pipelined in chunks: a ring all-reduce
-//!     (AllReduce), a chain reduce to the node that needs it
-//!     (ReduceScatter, Reduce) or a chain broadcast from the node that
-//!     has it (AllGather, Broadcast);
-//!  4. each rank copies what it needs out of its node peers' windows.
-//! Large buffers go through the windows in pieces. It uses the real node
-//! split (or the emulated one of CHORUS_RANKS_PER_NODE).
+//! Connections, per pair of ranks: a rank's scratch lives in its window
+//! when it fits, and a node peer reads (or pushes to) it there, in shared
+//! memory, waiting on the owner's progress flags in the node segment
+//! (mpi_node.hpp). Everything else a rank reads of another rank (its
+//! private in, out, or scratch on another node) travels as a message.
 //!
-//! The schedule executor's protocol (details in mpi_schedule.hpp): every
+//! The message protocol (details in mpi_schedule.hpp): every
 //! rank computes every rank's schedule, out of place (what a rank reads
 //! from others does not depend on its own in_place). A step of rank r
 //! that reads a slice of peer q becomes a message from q to r, which q
@@ -78,10 +66,6 @@
 #include <vector>
 
 #include <unistd.h>
-#if defined(__linux__)
-#  include <sys/prctl.h>
-#  include <sys/uio.h>
-#endif
 
 #include "../core/communicator.hpp"
 #include "../core/element.hpp"
@@ -95,7 +79,6 @@
 #include "host_common.hpp"
 #include "host_wait.hpp"
 #include "mpi_c.hpp"
-#include "mpi_engine.hpp"
 #include "mpi_node.hpp"
 #include "mpi_schedule.hpp"
 #include "mpi_wait.hpp"
@@ -121,12 +104,6 @@ namespace detail {
 
 
 
-//! The policies communicator<mpi>'s engine runs: hierarchical<Intra,
-//! ring<>>. The rest run as schedules.
-constexpr bool engine_policy(const policy& p) {
-    if (p.choose || p.deterministic) return false;
-    return p.algo == algorithm::hierarchical && p.inter == algorithm::ring;
-}
 
 } // namespace detail
 
@@ -172,6 +149,10 @@ public:
             throw;
         }
         MPI_Comm_free(&node_comm);
+        area_local_.assign(static_cast<std::size_t>(size_), -1);
+        for (int r : node_topo_.nodes[static_cast<std::size_t>(node)])
+            area_local_[static_cast<std::size_t>(r)] = node_topo_.local_of[static_cast<std::size_t>(r)];
+        seen_.assign(static_cast<std::size_t>(node_area_.size()) * std::size_t(max_channels), 0);
         // Spinning only steals the core from the rank being waited for when
         // the machine runs more of our processes than it has cores. Sleeping
         // is no better there: a rank that waited long (it ran ahead into the
@@ -216,7 +197,7 @@ public:
             }
         }
         // Communicators of their own for the schedule executor's messages
-        // and for send/recv, so neither can match the other's or the engine's.
+        // and for send/recv, so neither can match the other's or checked mode's.
         mpi_check(MPI_Comm_dup(comm_, &sched_comm_), "MPI_Comm_dup");
         MPI_Comm_set_errhandler(sched_comm_, MPI_ERRORS_RETURN);
         mpi_check(MPI_Comm_dup(comm_, &p2p_comm_), "MPI_Comm_dup");
@@ -254,6 +235,14 @@ public:
 
     int node_size() const noexcept { return sched_node_size_; }
     std::uint64_t scratch_limit_bytes() const noexcept { return 0; }
+    //! Each rank's window in its node's shared memory, where a schedule's
+    //! scratch goes when it fits: hierarchical<> stages through it
+    //! (algo/staged.hpp). 0 without a regular split into nodes of several
+    //! ranks.
+    //! A call has half of it (see node_link in mpi_schedule.hpp).
+    std::uint64_t node_window_bytes() const noexcept {
+        return sched_node_size_ >= 2 ? half_window() : 0;
+    }
 
     //! Breaks this communicator on this rank, and on every rank of its
     //! node (shared memory); ranks on other nodes fail at their deadline.
@@ -290,12 +279,7 @@ public:
     void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
 
 private:
-    //! The engine (mpi_engine.hpp) for one call, and the bounded wait of
-    //! every MPI path (mpi_wait.hpp).
-    template <class T, class Op>
-    using engine = mpi_engine<mpi_transport, T, Op>;
-    template <class, class, class>
-    friend struct mpi_engine;
+    //! The bounded wait of every MPI path (mpi_wait.hpp).
     template <class>
     friend struct mpi_waiter;
 
@@ -311,9 +295,6 @@ private:
         std::int64_t expected = 0;
         node_area_.header().aborted_by.compare_exchange_strong(expected, rank_ + 1);
     }
-    template <class T, class Op>
-    void run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
-                    int root, std::chrono::steady_clock::time_point deadline, call_settings cs);
     template <class T, class Op, class Schedules>
     void run_schedule(const call& c, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
                       std::chrono::steady_clock::time_point deadline);
@@ -341,7 +322,10 @@ private:
     mutable std::mutex m_;
     std::string reason_;
     errc code_ = errc::aborted;
-    std::vector<std::byte> tmp_; //!< receive buffer of the inter-node phase
+    std::vector<int> area_local_; //!< per rank: its local rank in node_area_, -1 on other nodes
+    detail::window_debt debt_[2];    //!< per window half: its last call's deferred final wait
+    std::vector<std::uint64_t> seen_; //!< per (local rank, channel): the largest flag value seen
+    std::size_t half_window() const noexcept { return node_area_.window_bytes() / 2 / 4096 * 4096; }
     // The schedule executor (mpi_schedule.hpp).
     MPI_Comm sched_comm_ = MPI_COMM_NULL; //!< its messages
     int tag_ub_ = 32767;                  //!< MPI_TAG_UB (at least 32767 by the standard)
@@ -396,50 +380,11 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
 
     // Every policy runs the exchange collectives' schedule, tuned by the policy.
     const policy chosen = s.chosen(); // automatic as its pick
-    if (is_exchange(coll)) return run_schedule<T>(c, chosen, in, out, op, s, deadline);
-    if (c.count == 0) return;
-    // hierarchical with ring between nodes runs on the engine, and so does
-    // automatic's pick of hierarchical (hierarchical<>); the rest as schedules.
-    if (detail::engine_policy(chosen))
-        run_engine<T, Op>(chosen, coll, in, out, c.count, op, c.root, deadline, cs);
-    else
-        run_schedule<T>(c, chosen, in, out, op, s, deadline);
+    if (!is_exchange(coll) && c.count == 0) return;
+    run_schedule<T>(c, chosen, in, out, op, s, deadline);
 }
 
-//! hierarchical<Intra, ring<P>>: the engine (see the file comment).
-template <class T, class Op>
-void mpi_transport::run_engine(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
-                                   const Op& op, int root, std::chrono::steady_clock::time_point deadline,
-                                   call_settings cs) {
-    const char* head_name = collective_name(coll);
-    const std::uint64_t chunk_bytes = pol.inter_tune.chunk_bytes;
-    if (chunk_bytes > (std::uint64_t(1) << 30)) // every rank refuses it here, before anything moved
-        throw error(errc::invalid_argument, std::string("chorus::") + head_name +
-                                                ": on the MPI backend chunk_bytes must be <= 1 GiB (the policy has " +
-                                                std::to_string(chunk_bytes) + ")");
-    const std::uint64_t chunk = std::max<std::uint64_t>(1, chunk_bytes / sizeof(T));
-    engine<T, Op> e{{*this, deadline}, node_topo_, node_area_, op, chunk};
-    const detail::status st = e.run(coll, in, out, count, root);
-    if (st == detail::status::ok) return;
-    const std::string peer = e.bad_peer >= 0 ? "rank " + std::to_string(e.bad_peer) : std::string("a peer");
-    if (st == detail::status::timeout)
-        fail_call(head_name, errc::timeout,
-                  detail::timed_out_waiting(cs.timeout.count(), peer) + " in " + e.doing);
-    if (st == detail::status::mismatch)
-        fail_call(head_name, errc::internal,
-                  "could not read rank " + std::to_string(e.bad_peer) + "'s buffers in " + e.doing +
-                      " (set CHORUS_CMA=0 to go through shared memory instead)");
-    if (st == detail::status::peer_exited && e.bad_peer >= 0)
-        fail_call(head_name, errc::peer_failed,
-                  peer + " (process " + std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) +
-                      ") died during the collective");
-    const std::string why = reason();
-    throw error(errc::aborted, std::string("chorus::") + head_name + ": communicator aborted" +
-                                   (why.empty() ? std::string() : ": " + why));
-}
-
-//! Every other policy: its schedule on the schedule executor
-//! (mpi_schedule.hpp).
+//! A collective: its schedule on the schedule executor (mpi_schedule.hpp).
 template <class T, class Op, class Schedules>
 void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
                                  std::chrono::steady_clock::time_point deadline) {
@@ -454,7 +399,8 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
     const bool planned = plan_valid_ && !is_exchange(coll) && pol == plan_pol_ && same_args(key, plan_args_);
     if (!planned) {
         plan_valid_ = false;
-        if (!plan_.build([&s](int q) { return s.of(q); }, rank_, size_, sizeof(T))) {
+        const std::uint64_t window = node_window_bytes() / sizeof(T);
+        if (!plan_.build([&s](int q) { return s.of(q); }, rank_, size_, sizeof(T), node_topo_.node_of, window)) {
             // Every rank walks every rank's schedule, so every rank refuses the
             // call here, before anything moved: the communicator stays usable.
             const auto& p = plan_.push;
@@ -473,9 +419,20 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
                   "this call needs " + std::to_string(plan_.tags) +
                       " messages between two ranks, more than MPI_TAG_UB + 1 = " + std::to_string(tag_ub_) +
                       " + 1; use a larger chunk_bytes");
-    T* scratch = sch.scratch_elems() != 0
-                     ? static_cast<T*>(sched_scratch_.reserve(static_cast<std::size_t>(sch.scratch_elems() * sizeof(T))))
-                     : nullptr;
+    // Scratch in this call's window half when it fits there (node peers
+    // may read it), else private. In place a schedule may need more
+    // scratch than planned (its own staging, which no peer reads).
+    const std::size_t me = static_cast<std::size_t>(rank_);
+    const bool fits = sch.scratch_elems() * sizeof(T) <= half_window();
+    if (plan_.reached[me] && !fits)
+        throw error(errc::internal, std::string("chorus::") + head_name + ": algorithm " + detail::policy_name(pol) +
+                                        ": rank " + std::to_string(rank_) + "'s scratch, which its node peers read, "
+                                        "does not fit its window in place (" + std::to_string(sch.scratch_elems() * sizeof(T)) +
+                                        " bytes; raise CHORUS_SHM_BYTES)");
+    const bool in_window = sch.scratch_elems() != 0 && plan_.in_window[me] && fits;
+    T* scratch = sch.scratch_elems() == 0 ? nullptr
+                 : in_window ? reinterpret_cast<T*>(node_area_.window(node_area_.local()) + (c.seq & 1) * half_window())
+                             : static_cast<T*>(sched_scratch_.reserve(static_cast<std::size_t>(sch.scratch_elems() * sizeof(T))));
     auto* staging = plan_.staging_bytes != 0
                         ? static_cast<std::byte*>(staging_.reserve(static_cast<std::size_t>(plan_.staging_bytes)))
                         : nullptr;
@@ -486,8 +443,12 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
     try {
         // The executor cancels and frees whatever is still in flight when it
         // goes (a failed call); `staging_` outlives it for what cannot be.
-        detail::sched_executor<T, Op, detail::mpi_waiter<mpi_transport>> x(plan_, sched_ws_, e, sched_comm_, op, rank_, size_, in, out, scratch,
-                                                       staging);
+        // Large results go past the cache: the caller's buffer is not read
+        // again by the call.
+        const bool streaming = c.count * sizeof(T) >= (std::uint64_t(4) << 20);
+        detail::sched_executor<T, Op, detail::mpi_waiter<mpi_transport>> x(
+            plan_, sched_ws_, e, sched_comm_, op, rank_, size_, in, out, scratch, staging,
+            {&node_area_, &area_local_, c.seq, half_window(), in_window, streaming, debt_, seen_.data()});
         st = x.run(sch);
         bad = x.bad_peer;
         doing = x.doing;

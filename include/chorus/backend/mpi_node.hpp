@@ -1,28 +1,28 @@
 #pragma once
 //! \file backend/mpi_node.hpp
 //! The MPI transport's node split: which ranks share a node (real, or
-//! emulated with CHORUS_RANKS_PER_NODE), and the shared-memory windows of a
-//! node's ranks (node_area: one POSIX shared-memory segment per node,
-//! shm.hpp). Part of backend/mpi.hpp, which includes it.
+//! emulated with CHORUS_RANKS_PER_NODE), and the shared memory of a node's
+//! ranks (node_area: progress flags and windows in one POSIX
+//! shared-memory segment per node, shm.hpp). Part of backend/mpi.hpp,
+//! which includes it.
 
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
 #include <unistd.h>
-#if defined(__linux__)
-#  include <sys/prctl.h>
-#  include <sys/uio.h>
-#endif
 
+#include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "mpi_c.hpp"
-#include "mpi_schedule.hpp"
 #include "shm.hpp"
 
 namespace chorus::detail {
@@ -90,48 +90,27 @@ inline std::vector<std::vector<int>> emulated_nodes(const std::string& spec, int
     return nodes;
 }
 
+//! One (local rank, channel) progress flag, on its own cache line:
+//! (sequence << 32) | units done, as exec/rank_program.hpp's protocol
+//! says. Shared between processes: posted with a release store and polled
+//! (no futex: the waiters are in other processes).
+struct alignas(64) node_flag {
+    std::atomic<std::uint64_t> value{0};
+};
 //! Per local rank, in the node segment.
 struct alignas(64) node_slot {
-    std::atomic<std::uint64_t> barrier{0}; //!< node barriers this rank has entered
     std::atomic<std::int32_t> pid{0};
-    std::atomic<std::uint64_t> probe{0};   //!< address of a known value in this process (single-copy check)
-    std::atomic<std::uint64_t> in{0}, out{0}; //!< this collective's buffers, in this process's address space
+    node_flag flags[max_channels];
 };
 struct alignas(64) node_header {
     std::atomic<std::int64_t> aborted_by{0}; //!< 1 + rank of the first node rank that failed; 0: fine
 };
 
-//! Copies `bytes` from address `remote` in process `pid` to `local`
-//! (process_vm_readv: one copy, no staging). False when the kernel refuses.
-inline bool read_remote(int pid, void* local, std::uint64_t remote, std::size_t bytes) {
-#if defined(__linux__)
-    auto* dst = static_cast<std::byte*>(local);
-    while (bytes > 0) {
-        const std::size_t part = bytes < (std::size_t(1) << 30) ? bytes : (std::size_t(1) << 30);
-        iovec l{dst, part}, r{reinterpret_cast<void*>(remote), part};
-        const ssize_t got = process_vm_readv(pid, &l, 1, &r, 1, 0);
-        if (got <= 0) return false;
-        dst += got;
-        remote += static_cast<std::uint64_t>(got);
-        bytes -= static_cast<std::size_t>(got);
-    }
-    return true;
-#else
-    (void)pid, (void)local, (void)remote, (void)bytes;
-    return false;
-#endif
-}
-
-//! CHORUS_CMA=1 turns the single-copy AllReduce on. Off by default: on the
-//! machines chorus is measured on, process_vm_readv copies at 3.5-4.3 GB/s
-//! against memcpy's 13 GB/s, and the windows are faster.
-inline bool cma_wanted() {
-    const char* s = std::getenv("CHORUS_CMA");
-    return s != nullptr && s[0] == '1';
-}
-
-//! The windows of one node's ranks for one communicator: shared memory
-//! when the node has several ranks, private memory when it has one.
+//! The shared memory of one node's ranks for one communicator: per rank
+//! its progress flags and its window, which holds the rank's scratch
+//! where its node peers read it (schedule_args::node_window_bytes).
+//! Shared memory when the node has several ranks, private memory when it
+//! has one.
 class node_area {
 public:
     node_area() = default;
@@ -176,27 +155,7 @@ public:
         header().aborted_by.store(0);
         slot(local_).pid.store(static_cast<std::int32_t>(getpid()));
         windows_ = base_ + head;
-        if (size_ == 1) return;
-        // Single copy between the node's processes (process_vm_readv) needs
-        // ptrace permission; allow our node peers in, then check that every
-        // rank can read every peer.
-        static const std::uint64_t probe_value = 0x63686f7275732121ull;
-#if defined(__linux__) && defined(PR_SET_PTRACER)
-        if (cma_wanted()) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-#endif
-        slot(local_).probe.store(reinterpret_cast<std::uint64_t>(&probe_value));
-        mpi_check(MPI_Barrier(node_comm), "MPI_Barrier"); // pids and probes are published
-        int ok = cma_wanted() ? 1 : 0;
-        for (int q = 0; q < size_ && ok; ++q) {
-            std::uint64_t got = 0;
-            ok = q == local_ || (read_remote(slot(q).pid.load(), &got, slot(q).probe.load(), sizeof got) &&
-                                 got == probe_value);
-        }
-        mpi_check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, node_comm), "MPI_Allreduce");
-        single_copy_ = ok != 0;
     }
-    //! True when every rank of the node can read every peer's memory.
-    bool single_copy() const noexcept { return single_copy_; }
 
     int local() const noexcept { return local_; }
     int size() const noexcept { return size_; }
@@ -205,26 +164,12 @@ public:
     node_slot& slot(int q) const {
         return reinterpret_cast<node_slot*>(base_ + sizeof(node_header))[q];
     }
-    //! A window: two small buffers for one-shot collectives (used
-    //! alternately), then the input half and the output half of the rest.
-    static constexpr std::size_t small_bytes = std::size_t(32) << 10;
-    std::size_t half_bytes() const noexcept { return (window_ - 2 * small_bytes) / 2 / 64 * 64; }
-    template <class T>
-    T* small_area(int q, unsigned which) const {
-        return reinterpret_cast<T*>(windows_ + window_ * std::size_t(q) + small_bytes * (which & 1u));
+    //! Local rank q's window (page-aligned, window_bytes()).
+    std::byte* window(int q) const { return windows_ + window_ * std::size_t(q); }
+    //! Local rank q's progress flag on channel c.
+    std::atomic<std::uint64_t>& flag(int q, int c) const {
+        return slot(q).flags[static_cast<std::size_t>(c)].value;
     }
-    template <class T>
-    T* in_area(int q) const { return reinterpret_cast<T*>(windows_ + window_ * std::size_t(q) + 2 * small_bytes); }
-    template <class T>
-    T* out_area(int q) const {
-        return reinterpret_cast<T*>(windows_ + window_ * std::size_t(q) + 2 * small_bytes + half_bytes());
-    }
-
-    std::uint64_t next_epoch() noexcept { return ++epoch_; }
-    //! Which small buffer the next one-shot collective uses: they alternate,
-    //! so a rank rewrites one only after every peer passed the barrier of
-    //! the one-shot after the one that read it.
-    unsigned next_small() noexcept { return small_turn_++ & 1u; }
 
 private:
     static std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }
@@ -237,9 +182,6 @@ private:
     std::byte* windows_ = nullptr;
     std::size_t window_ = 0;
     int local_ = 0, size_ = 1;
-    std::uint64_t epoch_ = 0;
-    unsigned small_turn_ = 0;
-    bool single_copy_ = false;
 };
 
 //! Window size per rank: CHORUS_SHM_BYTES, default 16 MiB, at least 256 KiB.

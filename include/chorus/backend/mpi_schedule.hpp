@@ -1,8 +1,14 @@
 #pragma once
 //! \file backend/mpi_schedule.hpp
 //! The MPI backend's schedule executor: runs a schedule
-//! (algo/schedule.hpp) over MPI point-to-point. Part of backend/mpi.hpp,
-//! which includes it; see that file for where it is used.
+//! (algo/schedule.hpp) over the node's shared memory and MPI
+//! point-to-point. Part of backend/mpi.hpp, which includes it.
+//!
+//! Connections per pair. A read (or push) of a node peer's scratch, where
+//! the owner's scratch fits its window half, is done in shared memory
+//! (node_link, the plan's `shared`): the reader waits on the owner's flag
+//! in the node segment and reads the window directly. Every other read of
+//! another rank's buffer is a message, as follows.
 //!
 //! Translation. A schedule step of rank r that reads a slice of peer q's
 //! buffer (src0/src1, or a fan-in source) becomes a message from q to r:
@@ -75,18 +81,11 @@
 #include "../exec/host_kernel.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
+#include "host_wait.hpp"
 #include "mpi_c.hpp"
+#include "mpi_node.hpp"
 
 namespace chorus::detail {
-
-//! Throws chorus::error for a failed MPI call.
-inline void mpi_check(int rc, const char* what) {
-    if (rc == MPI_SUCCESS) return;
-    char msg[MPI_MAX_ERROR_STRING] = {};
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    throw error(errc::internal, std::string("chorus: ") + what + " failed: " + msg);
-}
 
 //! One transfer: a contiguous slice of the sender's buffer `loc`.
 struct sched_xfer {
@@ -139,6 +138,15 @@ public:
     std::uint64_t staging_bytes = 0;
     std::size_t recv_messages = 0;
     std::uint64_t tags = 0;        //!< tags used by the busiest pair (tags 0 .. tags-1)
+    //! Per rank: its scratch as planned (out of place) fits its window.
+    std::vector<char> in_window;
+    //! Per rank: a node peer reads or pushes to its window.
+    std::vector<char> reached;
+    //! Some rank reads or pushes to a node peer's window: every rank then
+    //! posts its progress to the node's flags, and waits on a node peer
+    //! are waits on those flags (the same answer on every rank: each walks
+    //! every rank's schedule).
+    bool shared = false;
     //! The first step seen that writes only a peer's buffer (rank < 0:
     //! none): `rank`'s unit `unit` of channel `channel` writes rank
     //! `target`'s buffer and not its own.
@@ -154,8 +162,28 @@ public:
     //! own schedule reads and pushes the same slices). Returns false when
     //! some step writes only a peer's buffer (see `push`); nothing is
     //! planned then.
+    //! `node_of[q]` is rank q's node and `window_elems` the elements of
+    //! the window each rank's node peers can read (0: none): a rank whose
+    //! scratch fits its window keeps it there, and the reads and pushes of
+    //! a node peer's scratch are then done in shared memory, not planned
+    //! as messages (see `in_window` and `shared`).
     template <class ScheduleOf>
-    bool build(ScheduleOf&& schedule_of, int me, int n, std::uint64_t elem_bytes) {
+    bool build(ScheduleOf&& schedule_of, int me, int n, std::uint64_t elem_bytes, const std::vector<int>& node_of,
+               std::uint64_t window_elems) {
+        in_window.assign(static_cast<std::size_t>(n), 0);
+        reached.assign(static_cast<std::size_t>(n), 0);
+        shared = false;
+        if (window_elems != 0)
+            for (int q = 0; q < n; ++q)
+                in_window[std::size_t(q)] = schedule_of(q).scratch_elems() <= window_elems ? 1 : 0;
+        // Whether `reader` reaches `o` in shared memory.
+        auto direct = [&](int reader, const operand& o) {
+            const bool d = o.loc == where::scratch && in_window[std::size_t(o.rank)] &&
+                           node_of[std::size_t(o.rank)] == node_of[std::size_t(reader)];
+            shared = shared || d;
+            if (d) reached[std::size_t(o.rank)] = 1;
+            return d;
+        };
         sends.clear();
         recvs.clear();
         reads.clear();
@@ -171,10 +199,12 @@ public:
             const auto s = schedule_of(q);
             push_channels = std::max(push_channels, s.channels());
             auto read = [&](int c, std::uint64_t u, const operand& o, std::uint64_t cnt) {
+                if (direct(q, o)) return;
                 if (q == me) add(recvs, o.rank, c, u, o, cnt, true);
                 else if (o.rank == me) add(sends, q, c, u, o, cnt, false);
             };
             auto pushed = [&](int c, std::uint64_t u, const operand& dst, const operand& target, std::uint64_t cnt) {
+                if (direct(q, target)) return;
                 if (q == me) {
                     pushes.push_back({dst, target, cnt});
                     add_push(sends, target.rank, c, u + 1, dst, cnt);
@@ -338,17 +368,49 @@ struct sched_workspace {
     std::vector<const void*> srcs;
 };
 
+//! A final wait taken as a debt (rank_program.hpp's defer_final): node
+//! peers may still read the window half a call used until their
+//! progress reaches `w.units` of call `seq` on every channel.
+struct window_debt {
+    std::uint64_t seq = 0;
+    wait_spec w{};
+    int channels = 0;
+    int self = -1;
+    bool owed = false;
+};
+
+//! The connection to this rank's node peers for one call: their flags
+//! and windows in the node's shared memory. Windows are used in halves,
+//! by the call's parity: a call's final wait on its node peers (they
+//! read only windows; whatever they read of private memory went as a
+//! message, complete before the call returns) is deferred until this
+//! rank next writes that half, two calls later, by when the waits of the
+//! call in between have usually shown it done.
+struct node_link {
+    const node_area* area = nullptr;            //!< this rank's node
+    const std::vector<int>* local_of = nullptr; //!< per rank: its local rank on our node, -1 elsewhere
+    std::uint64_t seq = 0;                      //!< the call's sequence number (flags' high half)
+    std::size_t half_bytes = 0;                 //!< a window half (the call uses half seq & 1)
+    bool scratch_in_window = false;             //!< this rank's scratch is in its window half
+    bool streaming = false;                     //!< write `out` with streaming stores (large calls)
+    window_debt* debt = nullptr;                //!< per half: the deferred final wait of its last call
+    std::uint64_t* seen = nullptr;              //!< per (local rank, channel): the largest flag value seen
+};
+
 //! Runs one planned collective on one rank. `Waiter` is the backend's
 //! bounded wait: status wait(MPI_Request*, int k, int peer) (deadline,
-//! abort, peer death; drops the requests on failure) and a static
+//! abort, peer death; drops the requests on failure), status poll(ready,
+//! peer) (the same bounds around a predicate) and a static
 //! drop(MPI_Request&) (cancel and free).
 template <class T, class Op, class Waiter>
 class sched_executor {
 public:
     sched_executor(const sched_plan& plan, sched_workspace& ws, Waiter& waiter, MPI_Comm comm, const Op& op, int me,
-                   int n, const T* in, T* out, T* scratch, std::byte* staging)
+                   int n, const T* in, T* out, T* scratch, std::byte* staging, node_link link)
         : plan_(plan), w_(waiter), comm_(comm), op_(op), me_(me), n_(n), in_(const_cast<T*>(in)), out_(out),
-          scratch_(scratch), staging_(staging), recv_reqs_(ws.recv_reqs), received_(ws.received),
+          scratch_(scratch), staging_(staging), link_(link), shared_(plan.shared && link.area != nullptr),
+          half_(link.area != nullptr ? std::size_t(link.seq & 1) * link.half_bytes : 0), recv_reqs_(ws.recv_reqs),
+          received_(ws.received),
           push_next_(ws.push_next), send_reqs_(ws.send_reqs), send_begin_(ws.send_begin), send_end_(ws.send_end),
           send_peer_(ws.send_peer), srcs_(ws.srcs) {
         send_reqs_.clear();
@@ -373,6 +435,13 @@ public:
         recv_reqs_.assign(plan_.recv_messages, MPI_REQUEST_NULL);
         received_.assign(plan_.recvs.size(), 0);
         if (!plan_.push_recvs.empty()) push_next_.assign(plan_.push_recvs.size(), 0);
+        // Node peers may still read our window half (a deferred final wait).
+        if (link_.scratch_in_window)
+            if (const status st = settle(link_.debt[link_.seq & 1]); st != status::ok) return st;
+        const int C = sch.channels();
+        // Entered this call (a wait for 0 units asks for that), as the
+        // threads backend publishes it.
+        for (int c = 0; c < C; ++c) node_post(c, 0);
         for (const sched_xfer& x : plan_.recvs) {
             T* base = x.push ? own({me_, x.loc, x.offset}) : reinterpret_cast<T*>(staging_ + x.staging);
             for (int f = 0; f < x.frags; ++f) {
@@ -383,7 +452,6 @@ public:
                           "MPI_Irecv");
             }
         }
-        const int C = sch.channels();
         // Trigger u = 0: before unit 0; and what can go early.
         if (const status st = flush(0, C - 1, true); st != status::ok) return st;
         // The shared rank program (exec/rank_program.hpp), with messages.
@@ -416,9 +484,20 @@ private:
         int c = 0;          //!< the unit running now, for error messages
         std::uint64_t p = 0;
 
-        status wait(int peer, int channel, std::uint64_t units) { return x.pushed(peer, channel, units); }
+        status wait(int peer, int channel, std::uint64_t units) {
+            if (const status st = x.node_wait(peer, channel, units); st != status::ok) return st;
+            return x.pushed(peer, channel, units);
+        }
         status execute(const step& s) { return s.count != 0 ? x.execute(s, c, p) : status::ok; }
+        status defer_final(const wait_spec& w, int self, int channel) {
+            if (!x.shared_) return wait_for(*this, w, self, channel);
+            // Node peers read only our window; the rest (receives of
+            // pushes) run() completes. Owed on the half, once per call.
+            x.link_.debt[x.link_.seq & 1] = {x.link_.seq, w, channels, self, true};
+            return status::ok;
+        }
         void post(int channel, std::uint64_t units) {
+            x.node_post(channel, units);
             (void)x.flush(units, channel);
             c = channel + 1 < channels ? channel + 1 : 0;
             p = channel + 1 < channels ? units - 1 : units;
@@ -434,6 +513,10 @@ private:
     T* out_;
     T* scratch_;
     std::byte* staging_;
+    node_link link_;
+    bool shared_;           //!< node peers are reached in shared memory in this call
+    std::size_t half_;      //!< byte offset of this call's window half
+    bool streamed_ = false; //!< streaming stores since the last post
     std::vector<MPI_Request>& recv_reqs_;
     std::vector<char>& received_;
     std::size_t next_send_ = 0;
@@ -460,6 +543,71 @@ private:
             throw error(errc::internal, "chorus: rank " + std::to_string(me_) +
                                             "'s schedule uses a buffer this call does not have");
         return reinterpret_cast<T*>(b);
+    }
+
+    //! Whether this rank reaches operand `o` of a node peer in shared
+    //! memory (the plan's rule: a node peer's scratch in its window).
+    bool direct(const operand& o) const {
+        return shared_ && o.loc == where::scratch && (*link_.local_of)[std::size_t(o.rank)] >= 0 &&
+               plan_.in_window[std::size_t(o.rank)];
+    }
+    T* peer_window(const operand& o) const {
+        return reinterpret_cast<T*>(link_.area->window((*link_.local_of)[std::size_t(o.rank)]) + half_) + o.offset;
+    }
+
+    //! Pays a deferred final wait: every node peer it names has reached
+    //! its units on every channel of that call.
+    status settle(window_debt& d) {
+        if (!d.owed) return status::ok;
+        const int span = d.w.span > 1 ? int(d.w.span) : 1;
+        for (int c = 0; c < d.channels; ++c)
+            for (int i = 0; i < span && d.w.peer >= 0; ++i) {
+                const int q = d.w.peer + i * int(d.w.stride);
+                if (q == d.self) continue;
+                if (const status st = node_wait(q, c, d.w.units, d.seq); st != status::ok) return st;
+            }
+        d.owed = false;
+        return status::ok;
+    }
+
+    //! Node peer `peer` has posted `units` on `channel` (a flag in shared
+    //! memory). Other ranks: nothing to wait for here. While it waits it
+    //! keeps MPI's progress going: a send of ours to another node may be
+    //! what lets that peer's own wait end.
+    status node_wait(int peer, int channel, std::uint64_t units) {
+        return shared_ ? node_wait(peer, channel, units, link_.seq) : status::ok;
+    }
+    status node_wait(int peer, int channel, std::uint64_t units, std::uint64_t seq) {
+        if (link_.area == nullptr || peer < 0 || peer >= n_) return status::ok;
+        const int q = (*link_.local_of)[std::size_t(peer)];
+        if (q < 0) return status::ok;
+        std::atomic<std::uint64_t>& f = link_.area->flag(q, channel);
+        const std::uint64_t target = (seq << 32) | units;
+        std::uint64_t& seen = link_.seen[std::size_t(q) * std::size_t(max_channels) + std::size_t(channel)];
+        if (seen >= target) return status::ok; // flags only grow
+        if ((seen = f.load(std::memory_order_acquire)) >= target) return status::ok;
+        const bool messages = !plan_.sends.empty() || !plan_.recvs.empty();
+        const status st = w_.poll(
+            [&] {
+                if ((seen = f.load(std::memory_order_acquire)) >= target) return true;
+                if (messages) {
+                    int flag = 0;
+                    mpi_check(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_, &flag, MPI_STATUS_IGNORE), "MPI_Iprobe");
+                }
+                return false;
+            },
+            peer);
+        if (st == status::ok) return st;
+        return failed(st, peer, "waiting for rank " + std::to_string(peer) + " to finish its unit " +
+                                    std::to_string(units) + " of channel " + std::to_string(channel) +
+                                    " (shared memory)");
+    }
+    //! Publishes this rank's progress to its node peers.
+    void node_post(int channel, std::uint64_t units) {
+        if (!shared_) return;
+        if (streamed_) store_fence();
+        streamed_ = false;
+        link_.area->flag(link_.area->local(), channel).store((link_.seq << 32) | units, std::memory_order_release);
     }
 
     //! Whether transfer x can go before its trigger: it reads this rank's
@@ -574,6 +722,10 @@ private:
                 srcs_.push_back(own(o));
                 return;
             }
+            if (direct(o)) {
+                srcs_.push_back(peer_window(o));
+                return;
+            }
             if (next_read_ >= plan_.reads.size())
                 throw error(errc::internal, "chorus: rank " + std::to_string(me_) + " reads more peer data in unit " +
                                                 std::to_string(p) + " of channel " + std::to_string(c) +
@@ -591,7 +743,7 @@ private:
         if (srcs_.empty())
             throw error(errc::internal, "chorus: rank " + std::to_string(me_) + "'s unit " + std::to_string(p) +
                                             " of channel " + std::to_string(c) + " moves data but has no source");
-        const bool push = s.dst2.loc != where::none && s.dst2.rank != me_;
+        const bool push = s.dst2.loc != where::none && s.dst2.rank != me_ && !direct(s.dst2);
         if (s.dst.rank != me_ || (push && !planned_push(s)))
             throw error(errc::internal, "chorus: rank " + std::to_string(me_) + "'s unit " + std::to_string(p) +
                                             " of channel " + std::to_string(c) +
@@ -600,18 +752,25 @@ private:
         // A push: the result goes to our own dst, and from there to the
         // peer as the message post() sends after this unit.
         T* dst = own(s.dst);
-        T* dst2 = s.dst2.loc == where::none || push ? nullptr : own(s.dst2);
+        T* dst2 = s.dst2.loc == where::none || push ? nullptr
+                  : s.dst2.rank != me_                ? peer_window(s.dst2)
+                                                      : own(s.dst2);
         if (const status g = guard(dst, s.count); g != status::ok) return g;
-        if (dst2 != nullptr)
+        if (dst2 != nullptr && s.dst2.rank == me_)
             if (const status g = guard(dst2, s.count); g != status::ok) return g;
         const int finish_n = s.finish ? n_ : 0;
         const std::size_t m = static_cast<std::size_t>(s.count);
         if (s.fan_in >= 2)
             host_reduce_fan_erased<T, Op>(&op_, dst, dst2, srcs_.data(), int(s.fan_in), m, finish_n);
-        else
+        else {
+            // A large call's results in `out` go past the cache (post()
+            // fences them before a node peer can look).
+            const bool streaming = shared_ && link_.streaming && s.dst.loc == where::out && dst2 == nullptr;
+            streamed_ = streamed_ || streaming;
             host_reduce_copy(dst, dst2, static_cast<const T*>(srcs_[0]),
                              srcs_.size() > 1 ? static_cast<const T*>(srcs_[1]) : static_cast<const T*>(nullptr), m,
-                             op_, finish_n, false);
+                             op_, finish_n, streaming);
+        }
         return status::ok;
     }
 };

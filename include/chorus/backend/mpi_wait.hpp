@@ -1,7 +1,7 @@
 #pragma once
 //! \file backend/mpi_wait.hpp
 //! The bounded wait every MPI path uses (the schedule executor, checked
-//! mode, barrier, send/recv, the engine): MPI requests polled until done,
+//! mode, barrier, send/recv): MPI requests polled until done,
 //! the call's deadline, the communicator's broken state, and whether the
 //! awaited process is still alive. `Self` is detail::mpi_transport, whose
 //! state it reads. Part of backend/mpi.hpp, which includes it.
@@ -12,7 +12,6 @@
 #include "../core/error.hpp"
 #include "host_wait.hpp"
 #include "mpi_c.hpp"
-#include "mpi_schedule.hpp"
 #include "shm.hpp"
 
 namespace chorus::detail {
@@ -66,6 +65,13 @@ struct mpi_waiter {
                 for (int i = 0; i < k; ++i) drop(reqs[i]);
         }
         if (mpi_rc != MPI_SUCCESS) detail::mpi_check(mpi_rc, "MPI_Testall"); // a bug: sizes disagree
+        return st;
+    }
+    //! Polls `ready` within the same bounds (a flag in shared memory).
+    template <class Ready>
+    detail::status poll(Ready&& ready, int peer) {
+        const detail::status st = detail::poll_until(ready, [&] { return check_peer(peer); }, deadline, self.backoff_);
+        if (st != detail::status::ok && (peer >= 0 || bad_peer < 0)) bad_peer = peer;
         return st;
     }
     static void drop(MPI_Request& r) {

@@ -293,6 +293,8 @@ public:
     //! The CHORUS_MODEL file, else the built-in topology.
     const model::topology& topology() const { return model::current(); }
     std::uint64_t scratch_limit_bytes() const noexcept { return 0; }
+    //! Peers read each other's buffers directly.
+    std::uint64_t node_window_bytes() const noexcept { return 0; }
     //! Releases every waiter of every rank; every later call fails.
     void abort(errc code, const std::string& why) { world_->abort(code, why); }
     bool broken() const noexcept { return world_->aborted(); }

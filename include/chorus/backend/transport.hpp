@@ -19,6 +19,10 @@
 //!                               consecutive ranks (schedule_args::node_size; 0: none)
 //!   topology()                  what `automatic` plans against
 //!   scratch_limit_bytes()       scratch one call can have (0: as much as it needs)
+//!   node_window_bytes()         scratch a rank's node peers can read where they
+//!                               can read nothing else of it (0: peers read each
+//!                               other's buffers, or share no memory;
+//!                               schedule_args::node_window_bytes)
 //!   abort(code, why), broken(), reason()
 //!                               the broken state every rank of the
 //!                               communicator shares (the first reason wins)
@@ -48,8 +52,9 @@
 //! message's arrival, a device flag; bounded by the call's deadline and an
 //! abort word), post(channel, units), and execute(step), which reads a
 //! peer's slice where the peer's memory is mapped (threads; GPU peer
-//! access) or out of a received message where it is not (MPI), the
-//! connection NCCL's transports (p2p, shm, net) choose per pair of ranks.
+//! access; MPI: a node peer's scratch in its window) or out of a received
+//! message where it is not (MPI: everything else), the connection NCCL's
+//! transports (p2p, shm, net) choose per pair of ranks.
 //! Point-to-point is optional: transfer<T>(is_send, buf, count, peer, msg,
 //! settings) and check_p2p(fn, async) give the communicator send/recv.
 
@@ -165,6 +170,7 @@ concept transport = requires(T& t, const T& ct, errc code, const std::string& wh
     { ct.node_size() } -> std::convertible_to<int>;
     { ct.topology() } -> std::convertible_to<const model::topology&>;
     { ct.scratch_limit_bytes() } -> std::convertible_to<std::uint64_t>;
+    { ct.node_window_bytes() } -> std::convertible_to<std::uint64_t>;
     { t.abort(code, why) };
     { ct.broken() } -> std::convertible_to<bool>;
     { ct.reason() } -> std::convertible_to<std::string>;

@@ -208,6 +208,7 @@ private:
         a.commutative = op_traits<Op>::commutative;
         a.topo = &t_.topology();
         a.scratch_limit_bytes = t_.scratch_limit_bytes();
+        a.node_window_bytes = t_.node_window_bytes();
         if (coll == collective::barrier) {
             // Every rank registers and waits for every other: a direct<>
             // AllReduce of nothing, where a transport runs it as a schedule.

@@ -9,6 +9,8 @@
 //!   status wait(int peer, int channel, uint64_t units)  // acquire; bounded by deadline and abort flag
 //!   status execute(const step&)                         // the data movement of one unit
 //!   void   post(int channel, uint64_t units)            // release "units done"
+//! and optionally status defer_final(wait_spec, int self, int channel)
+//! (see finish_channel).
 //! The host executor calls run_unit for every channel in turn on one thread;
 //! the GPU executor runs one channel per thread block.
 
@@ -76,10 +78,16 @@ CHORUS_HD status run_unit(const Schedule& sch, Env& env, int c, std::uint64_t p)
 }
 
 //! The tail of a channel: wait until the rank reading our buffers is done.
+//! An env whose peers can read only memory it owns and the caller never
+//! sees (MPI: the window of the node's shared memory) may instead take
+//! the wait as a debt (defer_final), paid before it next writes there.
 CHORUS_HD_TEMPLATE
 template <class Schedule, class Env>
 CHORUS_HD status finish_channel(const Schedule& sch, Env& env, int c) {
-    return wait_for(env, sch.final_wait(), sch.rank(), c);
+    if constexpr (requires { env.defer_final(sch.final_wait(), sch.rank(), c); })
+        return env.defer_final(sch.final_wait(), sch.rank(), c);
+    else
+        return wait_for(env, sch.final_wait(), sch.rank(), c);
 }
 
 //! All channels of one rank, interleaved unit by unit on the calling thread

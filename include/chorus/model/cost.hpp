@@ -122,13 +122,14 @@ struct topology {
     //! link bandwidth (ranks of one host: the same memory).
     double local_Bps = 0;
     //! Flat algorithms use the inter link even between ranks of one node,
-    //! and hierarchical runs its node phases at the intra link on one node
-    //! too: the MPI backend, whose flat schedules are point-to-point
-    //! messages and whose hierarchical<> uses the node's shared memory.
+    //! and hierarchical AllReduce runs its node phases at the intra link on
+    //! one node too: the MPI backend, whose flat schedules are
+    //! point-to-point messages and whose hierarchical<> AllReduce stages
+    //! through the node's shared memory (algo/staged.hpp).
     bool flat_inter = false;
-    //! With flat_inter, on one node: hierarchical runs one-shot (direct's
-    //! terms) when a rank's input share is at most this many bytes (the
-    //! MPI engine's small buffers); 0: never.
+    //! With flat_inter, on one node: hierarchical AllReduce runs one-shot
+    //! (direct's terms) when the input is at most this many bytes
+    //! (staged_schedule::one_shot_bytes); 0: never.
     double one_shot_bytes = 0;
     int correction_count = 0;             //!< entries of `corrections` in use
     correction corrections[max_corrections]{};
@@ -327,11 +328,10 @@ constexpr breakdown decompose(collective c, algorithm a, int nranks, double byte
     const double n = double(nranks);
     const int L = ranks_per_node;
     const bool spans = L > 0 && L < nranks;
-    if (a == algorithm::hierarchical && t.flat_inter && !spans) {
-        // One node (MPI): its intra algorithm on the node's shared memory,
+    if (a == algorithm::hierarchical && c == collective::all_reduce && t.flat_inter && !spans) {
+        // One node (MPI): staged through the node's shared memory,
         // one-shot for small inputs.
-        const double share = c == collective::all_gather ? S / n : S;
-        b.intra = share <= t.one_shot_bytes ? detail::direct_terms(c, n, S) : detail::flat_terms(c, a, n, S, t);
+        b.intra = S <= t.one_shot_bytes ? detail::direct_terms(c, n, S) : detail::flat_terms(c, a, n, S, t);
         return b;
     }
     const bool split = spans && nranks % L == 0;
@@ -381,8 +381,8 @@ constexpr double predict_uncorrected(collective c, algorithm a, int nranks, doub
 //! `ranks_per_node` in place of t.ranks_per_node.
 constexpr double predict(collective c, algorithm a, int nranks, double bytes, const topology& t,
                          int ranks_per_node) noexcept {
-    // hierarchical<> on MPI (flat_inter) is its own engine for every collective.
-    const algorithm key = t.flat_inter && a == algorithm::hierarchical ? a : runs_as(c, a);
+    // hierarchical<> AllReduce is itself (runs_as); its other collectives run Intra (ring) flat.
+    const algorithm key = runs_as(c, a);
     return predict_uncorrected(c, a, nranks, bytes, t, ranks_per_node) * t.correction_at(c, key, nranks, bytes);
 }
 constexpr double predict(collective c, algorithm a, int nranks, double bytes, const topology& t) noexcept {
