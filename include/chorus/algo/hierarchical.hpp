@@ -82,6 +82,19 @@ struct leaf_schedule {
 };
 
 namespace detail {
+//! A group sub-schedule's fan-in stride and waits in absolute terms:
+//! group rank g is rank gbase + g * gstride, and its units start at
+//! `ubase` (hierarchical_schedule's and staged_schedule's phases).
+CHORUS_HD constexpr void lift_group(step& s, int gbase, int gstride, std::uint64_t ubase) {
+    s.fan_stride = static_cast<std::uint16_t>(int(s.fan_stride) * gstride);
+    for (wait_spec& w : s.waits) {
+        if (w.peer < 0) continue;
+        w.peer = gbase + w.peer * gstride;
+        w.units += ubase;
+        w.stride = static_cast<std::uint16_t>(int(w.stride) * gstride);
+    }
+}
+
 //! The parts of an AllReduce pattern hierarchical<> composes.
 enum class hier_phase : std::uint8_t { reduce_scatter, all_reduce, all_gather };
 
@@ -201,14 +214,8 @@ struct hierarchical_schedule {
         s.dst2 = lift_operand(s.dst2, gbase, gstride, off, phase_b);
         s.src0 = lift_operand(s.src0, gbase, gstride, off, phase_b);
         s.src1 = lift_operand(s.src1, gbase, gstride, off, phase_b);
-        s.fan_stride = static_cast<std::uint16_t>(int(s.fan_stride) * gstride);
         if (!phase_b) s.finish = false;
-        for (wait_spec& w : s.waits) {
-            if (w.peer < 0) continue;
-            w.peer = gbase + w.peer * gstride;
-            w.units += ubase;
-            w.stride = static_cast<std::uint16_t>(int(w.stride) * gstride);
-        }
+        detail::lift_group(s, gbase, gstride, ubase);
         return s;
     }
 };

@@ -185,13 +185,7 @@ struct staged_schedule {
         s.dst2 = lift_operand(s.dst2);
         s.src0 = lift_operand(s.src0);
         s.src1 = lift_operand(s.src1);
-        s.fan_stride = static_cast<std::uint16_t>(int(s.fan_stride) * node_size);
-        for (wait_spec& w : s.waits) {
-            if (w.peer < 0) continue;
-            w.peer = w.peer * node_size + local();
-            w.units += ubase;
-            w.stride = static_cast<std::uint16_t>(int(w.stride) * node_size);
-        }
+        detail::lift_group(s, local(), node_size, ubase);
         return s;
     }
 };
