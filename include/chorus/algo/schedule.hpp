@@ -139,11 +139,11 @@ struct schedule_args {
     std::uint64_t node_window_bytes = 0;
 };
 
-//! True when two calls have the same schedule_args (every field; pointers
-//! by address).
-CHORUS_HD constexpr bool same_args(const schedule_args& a, const schedule_args& b) {
+//! True when two calls have the same schedule_args (every field, but
+//! in_place where `any_in_place`; pointers by address).
+CHORUS_HD constexpr bool same_args(const schedule_args& a, const schedule_args& b, bool any_in_place = false) {
     return a.coll == b.coll && a.rank == b.rank && a.nranks == b.nranks && a.root == b.root && a.count == b.count &&
-           a.elem_bytes == b.elem_bytes && a.in_place == b.in_place && a.node_size == b.node_size &&
+           a.elem_bytes == b.elem_bytes && (any_in_place || a.in_place == b.in_place) && a.node_size == b.node_size &&
            a.counts == b.counts && a.commutative == b.commutative && a.topo == b.topo &&
            a.scratch_limit_bytes == b.scratch_limit_bytes && a.node_window_bytes == b.node_window_bytes;
 }

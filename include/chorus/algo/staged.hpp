@@ -155,8 +155,10 @@ struct staged_schedule {
         if (u < sync) { // B
             const std::uint64_t q = u - (std::uint64_t(L) + 1);
             const leaf_schedule& sub = k + 1 == pieces ? b_last : b_full;
-            if (q >= sub.units()) return s;
-            return lift(sub.unit(0, q), base + std::uint64_t(L) + 1);
+            // One named result on every path (NRVO): a step copied out of
+            // a temporary was rebuilt through the stack at every unit.
+            if (q < sub.units()) s = lift(sub.unit(0, q), base + std::uint64_t(L) + 1);
+            return s;
         }
         if (u == sync) {
             s.waits[0] = node_group(base + sync);

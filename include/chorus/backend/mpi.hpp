@@ -394,10 +394,11 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
     const auto& sch = s.mine();
     // Every rank's schedule (this one's too) as planned out of place: what
     // a rank reads from others does not depend on its own in_place.
-    schedule_args key = c.args;
-    key.in_place = false;
-    const bool planned = plan_valid_ && !is_exchange(coll) && pol == plan_pol_ && same_args(key, plan_args_);
+    const bool planned =
+        plan_valid_ && !is_exchange(coll) && pol == plan_pol_ && same_args(c.args, plan_args_, true);
     if (!planned) {
+        schedule_args key = c.args;
+        key.in_place = false;
         plan_valid_ = false;
         const std::uint64_t window = node_window_bytes() / sizeof(T);
         if (!plan_.build([&s](int q) { return s.of(q); }, rank_, size_, sizeof(T), node_topo_.node_of, window)) {

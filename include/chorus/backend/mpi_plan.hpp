@@ -72,6 +72,9 @@ public:
     std::vector<char> in_window;
     //! Per rank: a node peer reads or pushes to its window.
     std::vector<char> reached;
+    //! Per rank: some rank waits for it to have entered the call (a wait
+    //! for 0 units); only then does it post that to its node flags.
+    std::vector<char> entry_waited;
     //! Some rank reads or pushes to a node peer's window: every rank then
     //! posts its progress to the node's flags, and waits on a node peer
     //! are waits on those flags (the same answer on every rank: each walks
@@ -102,6 +105,7 @@ public:
                std::uint64_t window_elems) {
         in_window.assign(static_cast<std::size_t>(n), 0);
         reached.assign(static_cast<std::size_t>(n), 0);
+        entry_waited.assign(static_cast<std::size_t>(n), 0);
         shared = false;
         if (window_elems != 0)
             for (int q = 0; q < n; ++q)
@@ -266,6 +270,8 @@ private:
                         seen[q] = std::max(seen[q], w.units);
                     }
                 }
+                mark_entry_waits(st.waits[0], owner, n);
+                mark_entry_waits(st.waits[1], owner, n);
                 if (st.count == 0) continue;
                 if (st.dst.rank != owner) {
                     push = {owner, st.dst.rank, c, p};
@@ -282,7 +288,17 @@ private:
                 }
             }
         }
+        mark_entry_waits(s.final_wait(), owner, n);
         return true;
+    }
+    //! Marks the ranks `w` waits on for 0 units (entry_waited).
+    void mark_entry_waits(const wait_spec& w, int owner, int n) {
+        if (w.peer < 0 || w.units != 0) return;
+        const int span = w.span > 1 ? int(w.span) : 1;
+        for (int i = 0; i < span; ++i) {
+            const int q = w.peer + i * int(w.stride);
+            if (q != owner && q >= 0 && q < n) entry_waited[std::size_t(q)] = 1;
+        }
     }
 };
 

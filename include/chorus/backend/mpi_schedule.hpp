@@ -172,8 +172,10 @@ public:
             if (const status st = settle(link_.debt[link_.seq & 1]); st != status::ok) return st;
         const int C = sch.channels();
         // Entered this call (a wait for 0 units asks for that), as the
-        // threads backend publishes it.
-        for (int c = 0; c < C; ++c) node_post(c, 0);
+        // threads backend publishes it; a store fewer on the flags node
+        // peers poll where no rank asks.
+        if (plan_.entry_waited[std::size_t(me_)])
+            for (int c = 0; c < C; ++c) node_post(c, 0);
         for (const sched_xfer& x : plan_.recvs) {
             T* base = x.push ? own({me_, x.loc, x.offset}) : reinterpret_cast<T*>(staging_ + x.staging);
             for (int f = 0; f < x.frags; ++f) {
@@ -225,7 +227,14 @@ private:
             if (!x.shared_) return wait_for(*this, w, self, channel);
             // Node peers read only our window; the rest (receives of
             // pushes) run() completes. Owed on the half, once per call.
-            x.link_.debt[x.link_.seq & 1] = {x.link_.seq, w, channels, self, true};
+            // Field by field: an aggregate built on the stack and copied
+            // in stalled on store forwarding at every call.
+            window_debt& d = x.link_.debt[x.link_.seq & 1];
+            d.seq = x.link_.seq;
+            d.w = w;
+            d.channels = channels;
+            d.self = self;
+            d.owed = true;
             return status::ok;
         }
         void post(int channel, std::uint64_t units) {
