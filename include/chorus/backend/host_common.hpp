@@ -127,6 +127,35 @@ private:
     std::size_t bytes_ = 0;
 };
 
+//! The call's fingerprint: a hash of what checked mode compares (count,
+//! element type, operator, collective, root, algorithm, the "v" counts),
+//! without the sequence number. Ranks compare it on every call, checked
+//! mode or not, before they touch anything a peer published (MPI: in the
+//! node's shared memory and in every message's tag).
+inline std::uint64_t call_fingerprint(const call& c) {
+    const std::uint64_t words[] = {c.signature_count,
+                                   c.types.elem_bytes,
+                                   call_signature::make_shape(c.coll, 0, c.root),
+                                   c.types.type_id,
+                                   c.types.op_id,
+                                   c.pol.id(),
+                                   c.counts_id};
+    std::uint64_t h = 0x9e3779b97f4a7c15ull;
+    for (const std::uint64_t w : words) {
+        h ^= w + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+        h ^= h >> 31;
+        h *= 0xbf58476d1ce4e5b9ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+//! The message of a mismatch found with checked mode off (by the ranks
+//! that notice it; the others fail as the communicator aborts).
+inline std::string mismatch_text(const std::string& what) {
+    return what + "; checked mode is off (comm.set_checked(true) or CHORUS_CHECK=1 reports every rank's call)";
+}
+
 //! Fills the comparable part of `d` (what checked mode compares) for call
 //! `c` run on `channels` channels.
 inline void describe_call(descriptor& d, const call& c, int channels) {

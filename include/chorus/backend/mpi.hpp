@@ -49,6 +49,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -153,6 +154,7 @@ public:
         for (int r : node_topo_.nodes[static_cast<std::size_t>(node)])
             area_local_[static_cast<std::size_t>(r)] = node_topo_.local_of[static_cast<std::size_t>(r)];
         seen_.assign(static_cast<std::size_t>(node_area_.size()) * std::size_t(max_channels), 0);
+        verified_.assign(static_cast<std::size_t>(node_area_.size()), 0);
         // Spinning only steals the core from the rank being waited for when
         // the machine runs more of our processes than it has cores. Sleeping
         // is no better there: a rank that waited long (it ran ahead into the
@@ -325,6 +327,30 @@ private:
     std::vector<int> area_local_; //!< per rank: its local rank in node_area_, -1 on other nodes
     detail::window_debt debt_[2];    //!< per window half: its last call's deferred final wait
     std::vector<std::uint64_t> seen_; //!< per (local rank, channel): the largest flag value seen
+    std::vector<std::uint64_t> verified_; //!< per local rank: the last call whose fingerprint matched ours
+    //! The base added to a call's planned tags: the low bits stay the
+    //! plan's (`tags` of them at least), the bits above carry part of the
+    //! call's fingerprint (0 where MPI_TAG_UB leaves fewer than 8 bits).
+    int tag_base(std::uint64_t fingerprint, std::uint64_t tags) const {
+        int idx = 12;
+        const int top = std::bit_width(static_cast<std::uint64_t>(tag_ub_) + 1) - 1; // tags below 2^top
+        while (idx < 30 && (std::uint64_t(1) << idx) < tags) ++idx;
+        if (top - idx < 8) return 0;
+        return static_cast<int>((fingerprint >> 32) & ((std::uint64_t(1) << (top - idx)) - 1)) << idx;
+    }
+    //! Compares this call with every rank's: on one node, every node
+    //! peer's published call (node_flag::call); else (sequence,
+    //! fingerprint) as messages under tags carrying the fingerprint, so a
+    //! rank whose peers made another call fails (at the deadline, or as
+    //! soon as a node peer reports the mismatch) instead of returning
+    //! success. Every rank compares (a dissemination), or with
+    //! `root_only` the root alone (a non-root heard from it, directly or
+    //! through ranks that made its call). Run by a call that moves no
+    //! data (count 0), and after a reduce (every rank) and a broadcast
+    //! (the root), where a rank may otherwise hear only from ranks that
+    //! made its own call.
+    void confirm_call(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline,
+                      bool root_only = false);
     std::size_t half_window() const noexcept { return node_area_.window_bytes() / 2 / 4096 * 4096; }
     // The schedule executor (mpi_schedule.hpp).
     MPI_Comm sched_comm_ = MPI_COMM_NULL; //!< its messages
@@ -380,8 +406,11 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
 
     // Every policy runs the exchange collectives' schedule, tuned by the policy.
     const policy chosen = s.chosen(); // automatic as its pick
-    if (!is_exchange(coll) && c.count == 0) return;
+    if (!is_exchange(coll) && c.count == 0) return confirm_call(c, head_name, deadline);
     run_schedule<T>(c, chosen, in, out, op, s, deadline);
+    // After the data (it cannot reach a rank that made another call: the
+    // tags and the published calls differ), before returning success.
+    if (coll == collective::broadcast || coll == collective::reduce) confirm_call(c, head_name, deadline);
 }
 
 //! A collective: its schedule on the schedule executor (mpi_schedule.hpp).
@@ -447,9 +476,12 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
         // Large results go past the cache: the caller's buffer is not read
         // again by the call.
         const bool streaming = c.count * sizeof(T) >= (std::uint64_t(4) << 20);
+        const std::uint64_t fp = detail::call_fingerprint(c);
         detail::sched_executor<T, Op, detail::mpi_waiter<mpi_transport>> x(
             plan_, sched_ws_, e, sched_comm_, op, rank_, size_, in, out, scratch, staging,
-            {&node_area_, &area_local_, c.seq, half_window(), in_window, streaming, debt_, seen_.data()});
+            {&node_area_, &area_local_, c.seq, half_window(), in_window, streaming, debt_, seen_.data(), fp,
+             verified_.data()},
+            tag_base(fp, plan_.tags));
         st = x.run(sch);
         bad = x.bad_peer;
         doing = x.doing;
@@ -467,9 +499,92 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
         fail_call(head_name, errc::peer_failed,
                   "rank " + std::to_string(bad) + " (process " + std::to_string(pids_[static_cast<std::size_t>(bad)]) +
                       ") died during the collective (" + doing + ")");
+    if (st == detail::status::mismatch) fail_call(head_name, errc::mismatch, detail::mismatch_text(doing));
     const std::string why = reason();
     throw error(errc::aborted, std::string("chorus::") + head_name + ": communicator aborted" +
                                    (why.empty() ? std::string() : ": " + why));
+}
+
+inline void mpi_transport::confirm_call(const call& c, const char* head_name,
+                                       std::chrono::steady_clock::time_point deadline, bool root_only) {
+    const std::uint64_t fp = detail::call_fingerprint(c);
+    const std::uint64_t word = c.seq << 32 | (fp & 0xffffffffu);
+    node_area_.call(node_area_.local(), unsigned(c.seq & 1)).store(word, std::memory_order_release);
+    auto differs = [&](int from) {
+        fail_call(head_name, errc::mismatch,
+                  detail::mismatch_text("rank " + std::to_string(from) +
+                                        " made a different call from this rank's (count, element type, operator, "
+                                        "root or algorithm)"));
+    };
+    auto failed = [&](detail::status st, int from) {
+        if (st == detail::status::peer_exited)
+            fail_call(head_name, errc::peer_failed,
+                      "rank " + std::to_string(from) + " (process " +
+                          std::to_string(pids_[static_cast<std::size_t>(from)]) + ") died");
+        if (broken()) fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
+        fail_call(head_name, errc::timeout,
+                  detail::timed_out_waiting(c.settings.timeout.count(), detail::rank_text(from)) +
+                      " (comparing calls; a rank that made a different call never answers)");
+    };
+    const bool compare = !root_only || rank_ == c.root;
+    if (node_area_.size() == size_) { // one node: the published calls
+        for (int r = 0; r < size_ && compare; ++r) {
+            const int q = area_local_[static_cast<std::size_t>(r)];
+            if (r == rank_ || q < 0) continue;
+            std::uint64_t v = 0;
+            detail::mpi_waiter<mpi_transport> e{*this, deadline};
+            const detail::status st = e.poll(
+                [&] {
+                    v = node_area_.call(q, unsigned(c.seq & 1)).load(std::memory_order_acquire);
+                    return (v >> 32) >= (c.seq & 0xffffffffu); // published, or moved on
+                },
+                r);
+            if (st != detail::status::ok) failed(st, r);
+            if ((v >> 32) == (c.seq & 0xffffffffu) && v != word) differs(r);
+        }
+        return;
+    }
+    const int base = tag_base(fp, 32);
+    const std::uint64_t mine[2] = {c.seq, fp};
+    if (root_only) { // every rank tells the root, which compares
+        if (rank_ != c.root) {
+            MPI_Request r = MPI_REQUEST_NULL;
+            detail::mpi_check(MPI_Isend(mine, 2, MPI_UINT64_T, c.root, base, sched_comm_, &r), "MPI_Isend");
+            detail::mpi_waiter<mpi_transport> e{*this, deadline};
+            if (const detail::status st = e.wait(&r, 1, c.root); st != detail::status::ok) failed(st, c.root);
+            return;
+        }
+        std::vector<std::uint64_t> got(2 * static_cast<std::size_t>(size_), 0);
+        std::vector<MPI_Request> r(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
+        for (int q = 0; q < size_; ++q)
+            if (q != rank_)
+                detail::mpi_check(MPI_Irecv(&got[2 * std::size_t(q)], 2, MPI_UINT64_T, q, base, sched_comm_,
+                                            &r[std::size_t(q)]),
+                                  "MPI_Irecv");
+        for (int q = 0; q < size_; ++q) {
+            if (q == rank_) continue;
+            detail::mpi_waiter<mpi_transport> e{*this, deadline};
+            if (const detail::status st = e.wait(&r[std::size_t(q)], 1, q); st != detail::status::ok) {
+                detail::mpi_waiter<mpi_transport>::retire(r.data(), size_);
+                failed(st, q);
+            }
+            if (got[2 * std::size_t(q)] != mine[0] || got[2 * std::size_t(q) + 1] != mine[1]) {
+                detail::mpi_waiter<mpi_transport>::retire(r.data(), size_);
+                differs(q);
+            }
+        }
+        return;
+    }
+    std::uint64_t got[2] = {0, 0};
+    for (int k = 1, round = 0; k < size_; k <<= 1, ++round) { // dissemination
+        const int to = (rank_ + k) % size_, from = (rank_ - k + size_) % size_;
+        MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        detail::mpi_check(MPI_Irecv(got, 2, MPI_UINT64_T, from, base + round, sched_comm_, &r[0]), "MPI_Irecv");
+        detail::mpi_check(MPI_Isend(mine, 2, MPI_UINT64_T, to, base + round, sched_comm_, &r[1]), "MPI_Isend");
+        detail::mpi_waiter<mpi_transport> e{*this, deadline};
+        if (const detail::status st = e.wait(r, 2, from); st != detail::status::ok) failed(st, from);
+        if (got[0] != mine[0] || got[1] != mine[1]) differs(from);
+    }
 }
 
 //! One send or receive. The sender posts a header (count, element size

@@ -96,6 +96,11 @@ inline std::vector<std::vector<int>> emulated_nodes(const std::string& spec, int
 //! (no futex: the waiters are in other processes).
 struct alignas(64) node_flag {
     std::atomic<std::uint64_t> value{0};
+    //! Channel 0's only: the rank's call, (sequence << 32) | the low half
+    //! of its fingerprint (host_common.hpp's call_fingerprint), per
+    //! sequence parity; stored before the call's first post, on the line
+    //! its node peers poll anyway.
+    std::atomic<std::uint64_t> call[2]{};
 };
 //! Per local rank, in the node segment.
 struct alignas(64) node_slot {
@@ -170,6 +175,8 @@ public:
     std::atomic<std::uint64_t>& flag(int q, int c) const {
         return slot(q).flags[static_cast<std::size_t>(c)].value;
     }
+    //! Local rank q's call of sequence parity `parity` (node_flag::call).
+    std::atomic<std::uint64_t>& call(int q, unsigned parity) const { return slot(q).flags[0].call[parity & 1]; }
 
 private:
     static std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }

@@ -127,20 +127,27 @@ struct node_link {
     bool streaming = false;                     //!< write `out` with streaming stores (large calls)
     window_debt* debt = nullptr;                //!< per half: the deferred final wait of its last call
     std::uint64_t* seen = nullptr;              //!< per (local rank, channel): the largest flag value seen
+    std::uint64_t fingerprint = 0;              //!< the call's (call_fingerprint), published in node_flag::call
+    std::uint64_t* verified = nullptr;          //!< per local rank: the last call whose fingerprint matched ours
 };
 
 //! Runs one planned collective on one rank. `Waiter` is the backend's
 //! bounded wait: status wait(MPI_Request*, int k, int peer) (deadline,
 //! abort, peer death; drops the requests on failure), status poll(ready,
 //! peer) (the same bounds around a predicate) and a static
-//! drop(MPI_Request&) (cancel and free).
+//! retire(MPI_Request*, int k, grace) (cancel, let what cannot be
+//! cancelled end within the grace, free).
 template <class T, class Op, class Waiter>
 class sched_executor {
 public:
+    //! `tag_base` is added to every planned tag: the bits above the
+    //! plan's carry part of the call's fingerprint, so a peer's message
+    //! from a call that differs from ours never matches our receives.
     sched_executor(const sched_plan& plan, sched_workspace& ws, Waiter& waiter, MPI_Comm comm, const Op& op, int me,
-                   int n, const T* in, T* out, T* scratch, std::byte* staging, node_link link)
+                   int n, const T* in, T* out, T* scratch, std::byte* staging, node_link link, int tag_base)
         : plan_(plan), w_(waiter), comm_(comm), op_(op), me_(me), n_(n), in_(const_cast<T*>(in)), out_(out),
-          scratch_(scratch), staging_(staging), link_(link), shared_(plan.shared && link.area != nullptr),
+          scratch_(scratch), staging_(staging), link_(link), tag_base_(tag_base),
+          shared_(plan.shared && link.area != nullptr),
           half_(link.area != nullptr ? std::size_t(link.seq & 1) * link.half_bytes : 0), recv_reqs_(ws.recv_reqs),
           received_(ws.received),
           push_next_(ws.push_next), send_reqs_(ws.send_reqs), send_begin_(ws.send_begin), send_end_(ws.send_end),
@@ -152,10 +159,26 @@ public:
     }
     sched_executor(const sched_executor&) = delete;
     sched_executor& operator=(const sched_executor&) = delete;
-    //! Whatever is still in flight (a failed call) is cancelled and freed.
+    //! Whatever is still in flight (a failed call) is retired: cancelled,
+    //! and waited for within a grace, so that MPI is no longer inside the
+    //! caller's buffers when the call throws. Requests with a peer that
+    //! made another call are freed at once (they never match).
     ~sched_executor() {
-        for (MPI_Request& r : recv_reqs_) Waiter::drop(r);
-        for (MPI_Request& r : send_reqs_) Waiter::drop(r);
+        auto open = [](const std::vector<MPI_Request>& v) {
+            for (const MPI_Request& r : v)
+                if (r != MPI_REQUEST_NULL) return true;
+            return false;
+        };
+        if (!open(recv_reqs_) && !open(send_reqs_)) return; // a call that succeeded
+        for (const sched_xfer& x : plan_.recvs)
+            if (x.peer == mismatched_peer_)
+                for (int f = 0; f < x.frags && x.req + std::size_t(f) < recv_reqs_.size(); ++f)
+                    Waiter::retire(&recv_reqs_[x.req + std::size_t(f)], 1, std::chrono::milliseconds(0));
+        for (std::size_t i = 0; i < send_reqs_.size(); ++i)
+            if (send_peer_[i] == mismatched_peer_) Waiter::retire(&send_reqs_[i], 1, std::chrono::milliseconds(0));
+        recv_reqs_.insert(recv_reqs_.end(), send_reqs_.begin(), send_reqs_.end());
+        send_reqs_.clear();
+        Waiter::retire(recv_reqs_.data(), static_cast<int>(recv_reqs_.size()));
     }
 
     int bad_peer = -1;  //!< the rank a failed wait waited for
@@ -181,7 +204,7 @@ public:
             for (int f = 0; f < x.frags; ++f) {
                 const std::uint64_t first = std::uint64_t(f) * per;
                 const std::uint64_t m = std::min(per, x.count - first);
-                mpi_check(MPI_Irecv(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, x.tag + f, comm_,
+                mpi_check(MPI_Irecv(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, tag_base_ + x.tag + f, comm_,
                                     &recv_reqs_[x.req + std::size_t(f)]),
                           "MPI_Irecv");
             }
@@ -196,11 +219,14 @@ public:
         if (const status st = flush(~std::uint64_t(0), C); st != status::ok) return st;
         for (std::size_t i = 0; i < send_reqs_.size(); ++i)
             if (send_reqs_[i] != MPI_REQUEST_NULL)
-                if (const status st = w_.wait(&send_reqs_[i], 1, send_peer_[i]); st != status::ok)
-                    return failed(st, send_peer_[i], "waiting for rank " + std::to_string(send_peer_[i]) +
-                                                         " to receive this rank's data");
+                if (const status st = wait_on(&send_reqs_[i], 1, send_peer_[i]); st != status::ok)
+                    return st == status::mismatch ? mismatched(send_peer_[i])
+                                                  : failed(st, send_peer_[i], "waiting for rank " +
+                                                                                  std::to_string(send_peer_[i]) +
+                                                                                  " to receive this rank's data");
         for (std::size_t i = 0; i < plan_.recvs.size(); ++i)
             if (const status st = receive(i); st != status::ok) return st;
+        publish();
         return status::ok;
     }
 
@@ -255,6 +281,7 @@ private:
     T* scratch_;
     std::byte* staging_;
     node_link link_;
+    int tag_base_;
     bool shared_;           //!< node peers are reached in shared memory in this call
     std::size_t half_;      //!< byte offset of this call's window half
     bool streamed_ = false; //!< streaming stores since the last post
@@ -270,6 +297,8 @@ private:
     std::vector<std::uintptr_t>& send_end_;
     std::vector<int>& send_peer_;
     std::size_t prune_at_ = 64;
+    int mismatched_peer_ = -1; //!< a peer found to have made another call
+    bool published_ = false;   //!< our call is in node_flag::call
     std::vector<const void*>& srcs_;
 
     status failed(status st, int peer, std::string what) {
@@ -325,11 +354,22 @@ private:
         std::atomic<std::uint64_t>& f = link_.area->flag(q, channel);
         const std::uint64_t target = (seq << 32) | units;
         std::uint64_t& seen = link_.seen[std::size_t(q) * std::size_t(max_channels) + std::size_t(channel)];
-        if (seen >= target) return status::ok; // flags only grow
-        if ((seen = f.load(std::memory_order_acquire)) >= target) return status::ok;
+        // Only a wait of this call compares calls (a deferred final wait
+        // is of an earlier one, compared then).
+        const bool compare = seq == link_.seq && link_.verified[q] != seq;
+        if (seen >= target || (seen = f.load(std::memory_order_acquire)) >= target) {
+            if (compare && !same_call(q)) return mismatched(peer);
+            return status::ok; // flags only grow
+        }
         const bool messages = !plan_.sends.empty() || !plan_.recvs.empty();
+        bool differs = false;
+        publish();
+        unsigned polls = 0;
         const status st = w_.poll(
             [&] {
+                // Now and then: a load of the word the peer stores just
+                // before its flag would pull the line away between the two.
+                if (compare && (++polls & 63) == 0 && !same_call(q)) return differs = true;
                 if ((seen = f.load(std::memory_order_acquire)) >= target) return true;
                 if (messages) {
                     int flag = 0;
@@ -338,14 +378,64 @@ private:
                 return false;
             },
             peer);
+        if (differs || (st == status::ok && compare && !same_call(q))) return mismatched(peer);
         if (st == status::ok) return st;
         return failed(st, peer, "waiting for rank " + std::to_string(peer) + " to finish its unit " +
                                     std::to_string(units) + " of channel " + std::to_string(channel) +
                                     " (shared memory)");
     }
+    //! Publishes our call for node peers to compare before they touch
+    //! anything of ours (we compare theirs: same_call): before our first
+    //! post (the same cache line, one transfer), before we first block,
+    //! and at the end of the call.
+    void publish() {
+        if (published_ || link_.area == nullptr) return;
+        published_ = true;
+        link_.area->call(link_.area->local(), unsigned(link_.seq & 1))
+            .store(link_.seq << 32 | (link_.fingerprint & 0xffffffffu), std::memory_order_release);
+    }
+    //! Whether local rank q's published call, if it is this call, is the
+    //! same as ours (false: it differs). Remembered once it matched; a
+    //! peer already past this call (its word names a later one) is not
+    //! compared again.
+    bool same_call(int q) {
+        const std::uint64_t v = link_.area->call(q, unsigned(link_.seq & 1)).load(std::memory_order_acquire);
+        if ((v >> 32) != (link_.seq & 0xffffffffu)) return true; // not published yet, or moved on
+        if ((v & 0xffffffffu) != (link_.fingerprint & 0xffffffffu)) return false;
+        link_.verified[q] = link_.seq;
+        return true;
+    }
+    status mismatched(int peer) {
+        mismatched_peer_ = peer;
+        return failed(status::mismatch, peer,
+                      "rank " + std::to_string(peer) + " made a different call from this rank's (count, element type, "
+                      "operator, root or algorithm)");
+    }
+    //! Waits for k requests with `peer`. A node peer whose call has not
+    //! been compared yet is compared while waiting: its messages carry
+    //! another call's tags and would never arrive (status::mismatch; the
+    //! destructor retires the requests).
+    status wait_on(MPI_Request* reqs, int k, int peer) {
+        const int q = link_.area != nullptr && peer >= 0 && peer < n_ ? (*link_.local_of)[std::size_t(peer)] : -1;
+        publish();
+        if (q < 0 || link_.verified[q] == link_.seq) return w_.wait(reqs, k, peer, true, true); // the destructor retires them
+        bool differs = false;
+        int done = 0, rc = MPI_SUCCESS;
+        status st = w_.poll(
+            [&] {
+                if (!same_call(q)) return differs = true;
+                rc = MPI_Testall(k, reqs, &done, MPI_STATUSES_IGNORE);
+                return rc != MPI_SUCCESS || done != 0;
+            },
+            peer);
+        if (differs) st = status::mismatch;
+        mpi_check(rc, "MPI_Testall"); // what is left the destructor retires
+        return st;
+    }
     //! Publishes this rank's progress to its node peers.
     void node_post(int channel, std::uint64_t units) {
         if (!shared_) return;
+        publish();
         if (streamed_) store_fence();
         streamed_ = false;
         link_.area->flag(link_.area->local(), channel).store((link_.seq << 32) | units, std::memory_order_release);
@@ -383,8 +473,8 @@ private:
             send_peer_.push_back(x.peer);
             send_begin_.push_back(reinterpret_cast<std::uintptr_t>(base + first));
             send_end_.push_back(reinterpret_cast<std::uintptr_t>(base + first + m));
-            mpi_check(MPI_Isend(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, x.tag + f, comm_,
-                                &send_reqs_.back()),
+            mpi_check(MPI_Isend(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, tag_base_ + x.tag + f,
+                                comm_, &send_reqs_.back()),
                       "MPI_Isend");
         }
     }
@@ -417,8 +507,8 @@ private:
         const auto b = reinterpret_cast<std::uintptr_t>(p), e = reinterpret_cast<std::uintptr_t>(p + m);
         for (std::size_t i = 0; i < send_reqs_.size(); ++i) {
             if (send_reqs_[i] == MPI_REQUEST_NULL || send_end_[i] <= b || e <= send_begin_[i]) continue;
-            if (const status st = w_.wait(&send_reqs_[i], 1, send_peer_[i]); st != status::ok)
-                return failed(st, send_peer_[i], "waiting for rank " + std::to_string(send_peer_[i]) +
+            if (const status st = wait_on(&send_reqs_[i], 1, send_peer_[i]); st != status::ok)
+                return st == status::mismatch ? mismatched(send_peer_[i]) : failed(st, send_peer_[i], "waiting for rank " + std::to_string(send_peer_[i]) +
                                                      " to receive data before this rank overwrites it");
         }
         return status::ok;
@@ -439,8 +529,8 @@ private:
     status receive(std::size_t i) {
         if (received_[i]) return status::ok;
         const sched_xfer& x = plan_.recvs[i];
-        if (const status st = w_.wait(&recv_reqs_[x.req], x.frags, x.peer); st != status::ok)
-            return failed(st, x.peer, "waiting for rank " + std::to_string(x.peer) + "'s data (its channel " +
+        if (const status st = wait_on(&recv_reqs_[x.req], x.frags, x.peer); st != status::ok)
+            return st == status::mismatch ? mismatched(x.peer) : failed(st, x.peer, "waiting for rank " + std::to_string(x.peer) + "'s data (its channel " +
                                           std::to_string(x.channel) + ", after its unit " + std::to_string(x.unit) +
                                           ")");
         received_[i] = 1;

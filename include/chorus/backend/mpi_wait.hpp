@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <thread>
 
 #include "../core/error.hpp"
 #include "host_wait.hpp"
@@ -44,10 +45,11 @@ struct mpi_waiter {
     }
 
     //! Waits for k requests. On failure point-to-point requests are
-    //! cancelled and freed; a nonblocking collective's (`p2p` false) can be
-    //! neither (MPI forbids it), so it is left behind with the broken
+    //! retired (below) unless `keep` (the caller retires them); a
+    //! nonblocking collective's (`p2p` false) can be neither cancelled nor
+    //! freed (MPI forbids it), so it is left behind with the broken
     //! communicator.
-    detail::status wait(MPI_Request* reqs, int k, int peer, bool p2p = true) {
+    detail::status wait(MPI_Request* reqs, int k, int peer, bool p2p = true, bool keep = false) {
         int done = 0;
         const detail::status st = detail::poll_until(
             [&] {
@@ -61,8 +63,7 @@ struct mpi_waiter {
         if (st != detail::status::ok) {
             if (peer >= 0 || bad_peer < 0) bad_peer = peer;
             doing = p2p ? "a point-to-point transfer" : "an MPI nonblocking collective";
-            if (p2p)
-                for (int i = 0; i < k; ++i) drop(reqs[i]);
+            if (p2p && !keep) retire(reqs, k);
         }
         if (mpi_rc != MPI_SUCCESS) detail::mpi_check(mpi_rc, "MPI_Testall"); // a bug: sizes disagree
         return st;
@@ -73,6 +74,37 @@ struct mpi_waiter {
         const detail::status st = detail::poll_until(ready, [&] { return check_peer(peer); }, deadline, self.backoff_);
         if (st != detail::status::ok && (peer >= 0 || bad_peer < 0)) bad_peer = peer;
         return st;
+    }
+    //! Ends point-to-point requests of a failed call without leaving MPI
+    //! inside the caller's buffers: each is cancelled (a receive not yet
+    //! matched ends at once; a send, or a transfer under way, runs on),
+    //! then tested until it has ended, for at most `grace` in all (a peer
+    //! that made the same call receives, or sends, within that). What is
+    //! left after it is freed; only a peer that enters this call later
+    //! than that can still match it (docs/reliability.md).
+    static void retire(MPI_Request* reqs, int k,
+                       std::chrono::milliseconds grace = std::chrono::milliseconds(500)) {
+        bool pending = false;
+        for (int i = 0; i < k; ++i)
+            if (reqs[i] != MPI_REQUEST_NULL) {
+                MPI_Cancel(&reqs[i]);
+                pending = true;
+            }
+        if (!pending) return;
+        const auto until = std::chrono::steady_clock::now() + grace;
+        while (pending) {
+            pending = false;
+            for (int i = 0; i < k; ++i) {
+                if (reqs[i] == MPI_REQUEST_NULL) continue;
+                int done = 0;
+                MPI_Test(&reqs[i], &done, MPI_STATUS_IGNORE);
+                pending = pending || !done;
+            }
+            if (!pending || std::chrono::steady_clock::now() >= until) break;
+            std::this_thread::yield();
+        }
+        for (int i = 0; i < k; ++i)
+            if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[i]);
     }
     static void drop(MPI_Request& r) {
         if (r == MPI_REQUEST_NULL) return;
