@@ -1,17 +1,21 @@
-// Mismatched calls with checked mode off (docs/reliability.md): every rank
-// fails (errc::mismatch where it notices, aborted or timeout elsewhere),
-// none returns success, within the deadline and the retire grace, and
-// nothing is written out of bounds (run under AddressSanitizer in CI).
+// Misuse with checked mode off (docs/reliability.md): mismatched calls
+// fail on every rank (errc::mismatch where it notices, aborted or timeout
+// elsewhere), none returns success, within the deadline and the retire
+// grace; a user operator that throws or re-enters the communicator fails
+// every rank within a second; nothing is written out of bounds (run under
+// AddressSanitizer in CI).
 // Each scenario uses a fresh communicator (a failed call breaks one).
 // Selected by name: CTest runs "misuse*" only in the runs listed in
 // tests/mpi/CMakeLists.txt.
 
 #include "mpi_test_util.hpp"
+#include "../misuse_ops.hpp"
 
 #include <chorus/mpi.hpp>
 
 #include <chrono>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -144,4 +148,53 @@ TEST_CASE("misuse: the same calls with checked mode off still succeed on a fresh
     chorus::reduce<chorus::tree<>>(comm, std::span<const float>(in.data(), 100), std::span<float>(out.data(), 100),
                                    chorus::sum{}, 0);
     if (comm.rank() == 0) CHECK(out[0] == float(comm.size()));
+}
+
+namespace {
+
+template <class Algo>
+void user_code_fails(const char* policy, bool reenter) {
+    CAPTURE(policy);
+    CAPTURE(reenter);
+    comm_t comm(MPI_COMM_WORLD);
+    comm.set_checked(false);
+    comm.set_timeout(milliseconds(5000));
+    const int r = comm.rank();
+    std::vector<float> in(1000, 1.0f), out(1000);
+    const auto t0 = steady_clock::now();
+    bool ok = false, own = false;
+    chorus::errc code = chorus::errc::internal;
+    std::string what;
+    try {
+        if (reenter)
+            chorus::all_reduce<Algo>(comm, std::span<const float>(in), std::span<float>(out),
+                                     misuse::reentrant_sum<comm_t>{r == 1 ? &comm : nullptr});
+        else
+            chorus::all_reduce<Algo>(comm, std::span<const float>(in), std::span<float>(out), misuse::throwing_sum{r == 1});
+        ok = true;
+    } catch (const chorus::error& e) {
+        code = e.code();
+        what = e.what();
+    } catch (const std::runtime_error& e) {
+        own = std::string(e.what()) == "test: the user operator failed";
+    }
+    const double s = duration<double>(steady_clock::now() - t0).count();
+    INFO(what);
+    CHECK_FALSE(ok);
+    CHECK(s < 1.5); // within 1 s of the throw (which comes at once), with scheduling noise
+    if (r == 1 && !reenter) CHECK(own);
+    if (r == 1 && reenter) CHECK(code == chorus::errc::invalid_argument);
+    if (r != 1) CHECK((code == chorus::errc::peer_failed || code == chorus::errc::aborted));
+    if (r != 1) CHECK(what.find("rank 1") != std::string::npos);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+} // namespace
+
+TEST_CASE("misuse: a throwing or re-entrant user operator fails every rank within a second, none succeeds") {
+    if (mpi_test::world().size() < 2) return;
+    for (bool reenter : {false, true}) {
+        user_code_fails<chorus::direct<>>("direct", reenter);
+        user_code_fails<chorus::ring<>>("ring", reenter);
+        user_code_fails<chorus::hierarchical<>>("hierarchical", reenter);
+    }
 }

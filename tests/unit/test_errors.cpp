@@ -4,6 +4,7 @@
 // here has a timeout, so a regression fails instead of hanging.
 
 #include "test_util.hpp"
+#include "../misuse_ops.hpp"
 
 #include <algorithm>
 #include <array>
@@ -577,4 +578,103 @@ TEST_CASE("comm.abort() releases a rank blocked in a collective with errc::abort
         CHECK(s.after_s < 2.0);
         CHECK(contains(s.what, "operator pressed stop"));
     }
+}
+
+// --- user code failing inside a collective, misuse of one communicator -----------------------
+
+TEST_CASE("a throwing user operator fails every rank at once with its message; the thrower gets its own exception") {
+    for (int n : {2, 3}) {
+        CAPTURE(n);
+        std::vector<seen> s(static_cast<std::size_t>(n));
+        std::vector<int> own(static_cast<std::size_t>(n), 0);
+        chorus::run_threads(n, [&](comm_t& comm) {
+            comm.set_checked(false);
+            comm.set_timeout(10s);
+            const int r = comm.rank();
+            std::vector<float> in(1000, 1.0f), out(1000);
+            s[std::size_t(r)] = capture([&] {
+                try {
+                    chorus::all_reduce<chorus::ring<>>(comm, cview(in), std::span(out), misuse::throwing_sum{r == 1});
+                } catch (const std::runtime_error& e) {
+                    if (contains(e.what(), "test: the user operator failed")) own[std::size_t(r)] = 1;
+                    throw;
+                }
+            });
+        });
+        for (int r = 0; r < n; ++r) {
+            INFO("rank " << r << ": " << s[std::size_t(r)].what);
+            CHECK(s[std::size_t(r)].threw);
+            CHECK(s[std::size_t(r)].after_s < 1.0);
+            if (r == 1) {
+                CHECK(own[1] == 1); // rethrown as it was thrown
+            } else {
+                CHECK(s[std::size_t(r)].code == errc::peer_failed);
+                CHECK(contains(s[std::size_t(r)].what, "rank 1 failed in all_reduce: test: the user operator failed"));
+            }
+        }
+    }
+}
+
+TEST_CASE("an operator that calls back into its communicator is refused, and every rank fails at once") {
+    std::array<seen, 2> s{};
+    chorus::run_threads(2, [&](comm_t& comm) {
+        comm.set_checked(false);
+        comm.set_timeout(10s);
+        const int r = comm.rank();
+        std::vector<float> in(1000, 1.0f), out(1000);
+        s[std::size_t(r)] = capture([&] {
+            chorus::all_reduce<chorus::direct<>>(comm, cview(in), std::span(out), misuse::reentrant_sum<comm_t>{r == 1 ? &comm : nullptr});
+        });
+    });
+    CHECK(s[1].code == errc::invalid_argument);
+    CHECK(contains(s[1].what, "called from inside one of this communicator's own collectives"));
+    CHECK(s[0].code == errc::peer_failed);
+    for (const seen& x : s) CHECK(x.after_s < 1.0);
+}
+
+namespace {
+//! Holds the first call of the operator (on the rank that passes a gate)
+//! until the test lets it go: the collective is then surely under way.
+struct gate_sum {
+    static constexpr bool commutative = true;
+    static constexpr const char* name = "gate_sum";
+    std::atomic<int>* phase = nullptr; // 0: not yet, 1: inside, 2: go on
+    float operator()(float a, float b) const {
+        if (phase != nullptr) {
+            int expected = 0;
+            if (phase->compare_exchange_strong(expected, 1))
+                while (phase->load() != 2) std::this_thread::yield();
+        }
+        return a + b;
+    }
+};
+} // namespace
+
+TEST_CASE("a call from a second thread while one is under way is refused, and the first completes") {
+    std::atomic<int> phase{0};
+    seen second{};
+    std::array<seen, 2> first{};
+    chorus::run_threads(2, [&](comm_t& comm) {
+        comm.set_checked(false);
+        comm.set_timeout(10s);
+        const int r = comm.rank();
+        std::thread other;
+        if (r == 0)
+            other = std::thread([&] {
+                while (phase.load() != 1) std::this_thread::yield(); // rank 0's call is inside its operator
+                std::vector<float> x(16, 1.0f);
+                second = capture([&] { chorus::all_reduce(comm, std::span(x)); });
+                phase = 2;
+            });
+        std::vector<float> in(1000, 1.0f), out(1000);
+        first[std::size_t(r)] = capture([&] {
+            chorus::all_reduce<chorus::direct<>>(comm, cview(in), std::span(out), gate_sum{r == 0 ? &phase : nullptr});
+        });
+        if (other.joinable()) other.join();
+        if (!first[std::size_t(r)].threw) CHECK(out[999] == 2.0f);
+    });
+    CHECK(second.threw);
+    CHECK(second.code == errc::invalid_argument);
+    CHECK(contains(second.what, "called while another thread is issuing a call on this communicator"));
+    for (const seen& f : first) CHECK_FALSE(f.threw); // the refused call touched nothing
 }

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -148,6 +149,23 @@ inline std::uint64_t call_fingerprint(const call& c) {
         h ^= h >> 29;
     }
     return h;
+}
+
+//! Whether Op on two T's may throw: a user operator not declared noexcept
+//! (the built-in ones are noexcept where T's arithmetic is).
+template <class Op, class T>
+inline constexpr bool op_may_throw =
+    !noexcept(std::declval<const Op&>()(std::declval<const T&>(), std::declval<const T&>()));
+
+//! What an exception says: what() of a std::exception, else a fixed text.
+inline std::string exception_text(const std::exception_ptr& e) {
+    try {
+        std::rethrow_exception(e);
+    } catch (const std::exception& x) {
+        return x.what();
+    } catch (...) {
+        return "an exception not derived from std::exception";
+    }
 }
 
 //! The message of a mismatch found with checked mode off (by the ranks

@@ -198,10 +198,15 @@ public:
                             "the same contents, on every rank)");
             }
         }
-        // Communicators of their own for the schedule executor's messages
-        // and for send/recv, so neither can match the other's or checked mode's.
+        // Communicators of their own for the schedule executor's messages,
+        // for the comparisons of calls and for send/recv, so none can match
+        // another's or checked mode's.
         mpi_check(MPI_Comm_dup(comm_, &sched_comm_), "MPI_Comm_dup");
         MPI_Comm_set_errhandler(sched_comm_, MPI_ERRORS_RETURN);
+        mpi_check(MPI_Comm_dup(comm_, &confirm_comm_), "MPI_Comm_dup");
+        MPI_Comm_set_errhandler(confirm_comm_, MPI_ERRORS_RETURN);
+        mpi_check(MPI_Comm_dup(comm_, &abort_comm_), "MPI_Comm_dup");
+        MPI_Comm_set_errhandler(abort_comm_, MPI_ERRORS_RETURN);
         mpi_check(MPI_Comm_dup(comm_, &p2p_comm_), "MPI_Comm_dup");
         MPI_Comm_set_errhandler(p2p_comm_, MPI_ERRORS_RETURN);
         void* ub = nullptr;
@@ -215,7 +220,9 @@ public:
         int finalized = 0;
         MPI_Finalized(&finalized);
         if (finalized) return;
-        for (MPI_Comm* c : {&p2p_comm_, &sched_comm_, &comm_})
+        detail::mpi_waiter<mpi_transport>::retire(abort_reqs_.data(), static_cast<int>(abort_reqs_.size()),
+                                                  std::chrono::milliseconds(100));
+        for (MPI_Comm* c : {&p2p_comm_, &abort_comm_, &confirm_comm_, &sched_comm_, &comm_})
             if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
 
@@ -255,8 +262,12 @@ public:
     std::string reason() const {
         std::lock_guard<std::mutex> lk(m_);
         if (!reason_.empty()) return reason_;
-        const std::int64_t by = node_area_.header().aborted_by.load();
-        return by ? "rank " + std::to_string(by - 1) + " on this node failed" : std::string();
+        const detail::node_header& h = node_area_.header();
+        const std::int64_t by = h.aborted_by.load();
+        if (by == 0) return std::string();
+        if (h.reason_ready.load(std::memory_order_acquire) != 0)
+            return std::string(h.reason, strnlen(h.reason, sizeof h.reason));
+        return "rank " + std::to_string(by - 1) + " on this node failed";
     }
 
     //! Async calls run on the communicator's worker thread.
@@ -285,17 +296,49 @@ private:
     template <class>
     friend struct mpi_waiter;
 
-    void fail_reason(const std::string& why, errc code) {
+    //! Breaks the communicator with `why` (the first reason stays). With
+    //! `tell` (the thread running this rank's calls, which may call MPI)
+    //! the first failure is also sent to every rank (abort_comm_): ranks
+    //! on other nodes, which cannot see the node's abort word, fail at
+    //! their next wait too instead of at their deadline.
+    void fail_reason(const std::string& why, errc code, bool tell = false) {
+        bool first = false;
         {
             std::lock_guard<std::mutex> lk(m_);
             if (!broken_.load()) {
                 reason_ = why;
                 code_ = code;
+                first = true;
             }
             broken_.store(true, std::memory_order_release);
         }
         std::int64_t expected = 0;
-        node_area_.header().aborted_by.compare_exchange_strong(expected, rank_ + 1);
+        if (node_area_.header().aborted_by.compare_exchange_strong(expected, rank_ + 1)) {
+            detail::node_header& h = node_area_.header();
+            std::snprintf(h.reason, sizeof h.reason, "%s", why.c_str());
+            h.reason_ready.store(1, std::memory_order_release);
+        }
+        if (first && tell && abort_comm_ != MPI_COMM_NULL) {
+            std::snprintf(abort_text_, sizeof abort_text_, "%s", why.c_str());
+            for (int r = 0; r < size_; ++r) {
+                if (r == rank_ || area_local_[std::size_t(r)] >= 0) continue; // they see the node's abort word
+                abort_reqs_.push_back(MPI_REQUEST_NULL);
+                MPI_Isend(abort_text_, int(sizeof abort_text_), MPI_CHAR, r, 0, abort_comm_, &abort_reqs_.back());
+            }
+        }
+    }
+    //! A failure another rank sent (fail_reason's `tell`): the
+    //! communicator breaks with its text. Polled by every wait.
+    bool told_to_fail() {
+        if (abort_comm_ == MPI_COMM_NULL) return false;
+        int flag = 0;
+        MPI_Status st;
+        if (MPI_Iprobe(MPI_ANY_SOURCE, 0, abort_comm_, &flag, &st) != MPI_SUCCESS || !flag) return false;
+        char text[sizeof abort_text_] = {};
+        MPI_Recv(text, int(sizeof text), MPI_CHAR, st.MPI_SOURCE, 0, abort_comm_, MPI_STATUS_IGNORE);
+        text[sizeof text - 1] = '\0';
+        fail_reason(text, errc::peer_failed);
+        return true;
     }
     template <class T, class Op, class Schedules>
     void run_schedule(const call& c, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
@@ -308,7 +351,7 @@ private:
                             "MPI_THREAD_MULTIPLE, ...))");
     }
     [[noreturn]] void fail_call(const std::string& head, errc code, const std::string& msg) {
-        fail_reason("rank " + std::to_string(rank_) + ": " + head + ": " + msg, code);
+        fail_reason("rank " + std::to_string(rank_) + ": " + head + ": " + msg, code, true);
         throw error(code, "chorus::" + head + ": " + msg);
     }
     void check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline);
@@ -343,17 +386,31 @@ private:
     //! fingerprint) as messages under tags carrying the fingerprint, so a
     //! rank whose peers made another call fails (at the deadline, or as
     //! soon as a node peer reports the mismatch) instead of returning
-    //! success. Every rank compares (a dissemination), or with
-    //! `root_only` the root alone (a non-root heard from it, directly or
-    //! through ranks that made its call). Run by a call that moves no
-    //! data (count 0), and after a reduce (every rank) and a broadcast
-    //! (the root), where a rank may otherwise hear only from ranks that
-    //! made its own call.
-    void confirm_call(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline,
-                      bool root_only = false);
+    //! success. Run by a call that moves no data (count 0), and after a
+    //! broadcast or a reduce, where a rank may otherwise hear only from
+    //! ranks that made its own call.
+    void confirm_call(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline);
+    //! After a call whose operator may throw (a user operator not
+    //! declared noexcept): waits until every rank finished it, so that no
+    //! rank returns success from a call in which another rank's operator
+    //! threw (that rank aborts instead; its node peers see it at once).
+    //! On one node, every node peer's node_flag::done; else a
+    //! dissemination under the call's tags.
+    void confirm_done(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline);
+    //! The error of a failed comparison wait on rank `from`.
+    [[noreturn]] void confirm_failed(const call& c, const char* head_name, detail::status st, int from);
+    //! Rounds of a dissemination among all ranks: round k sends `mine` to
+    //! rank + 2^k and receives from rank - 2^k under tag `base` + k; false
+    //! when a received pair differs from `mine` (`from` names the sender).
+    bool disseminate(const std::uint64_t (&mine)[2], int base, const call& c, const char* head_name,
+                     std::chrono::steady_clock::time_point deadline, int& from);
     std::size_t half_window() const noexcept { return node_area_.window_bytes() / 2 / 4096 * 4096; }
     // The schedule executor (mpi_schedule.hpp).
     MPI_Comm sched_comm_ = MPI_COMM_NULL; //!< its messages
+    MPI_Comm confirm_comm_ = MPI_COMM_NULL; //!< confirm_call's and confirm_done's messages
+    MPI_Comm abort_comm_ = MPI_COMM_NULL;   //!< failures sent to other nodes' ranks (fail_reason)
+    char abort_text_[256] = {};             //!< what they were sent (alive until the sends end)
+    std::vector<MPI_Request> abort_reqs_;
     int tag_ub_ = 32767;                  //!< MPI_TAG_UB (at least 32767 by the standard)
     int sched_node_size_ = 0;             //!< schedule_args::node_size (0: no regular node split)
     model::topology topo_{};              //!< schedule_args::topo: what automatic plans against
@@ -411,6 +468,7 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
     // After the data (it cannot reach a rank that made another call: the
     // tags and the published calls differ), before returning success.
     if (coll == collective::broadcast || coll == collective::reduce) confirm_call(c, head_name, deadline);
+    if constexpr (detail::op_may_throw<Op, T>) confirm_done(c, head_name, deadline);
 }
 
 //! A collective: its schedule on the schedule executor (mpi_schedule.hpp).
@@ -486,7 +544,15 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
         bad = x.bad_peer;
         doing = x.doing;
     } catch (const error& err) {
-        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + err.what(), err.code());
+        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + err.what(), err.code(), true);
+        throw;
+    } catch (...) {
+        // The operator (user code) threw: this rank fails like one that
+        // died, its node peers at once through the abort word; the
+        // executor retired what MPI still had of the caller's buffers.
+        fail_reason("rank " + std::to_string(rank_) + " failed in " + head_name + ": " +
+                        detail::exception_text(std::current_exception()),
+                    errc::peer_failed, true);
         throw;
     }
     if (st == detail::status::ok) return;
@@ -506,7 +572,7 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
 }
 
 inline void mpi_transport::confirm_call(const call& c, const char* head_name,
-                                       std::chrono::steady_clock::time_point deadline, bool root_only) {
+                                       std::chrono::steady_clock::time_point deadline) {
     const std::uint64_t fp = detail::call_fingerprint(c);
     const std::uint64_t word = c.seq << 32 | (fp & 0xffffffffu);
     node_area_.call(node_area_.local(), unsigned(c.seq & 1)).store(word, std::memory_order_release);
@@ -516,19 +582,9 @@ inline void mpi_transport::confirm_call(const call& c, const char* head_name,
                                         " made a different call from this rank's (count, element type, operator, "
                                         "root or algorithm)"));
     };
-    auto failed = [&](detail::status st, int from) {
-        if (st == detail::status::peer_exited)
-            fail_call(head_name, errc::peer_failed,
-                      "rank " + std::to_string(from) + " (process " +
-                          std::to_string(pids_[static_cast<std::size_t>(from)]) + ") died");
-        if (broken()) fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
-        fail_call(head_name, errc::timeout,
-                  detail::timed_out_waiting(c.settings.timeout.count(), detail::rank_text(from)) +
-                      " (comparing calls; a rank that made a different call never answers)");
-    };
-    const bool compare = !root_only || rank_ == c.root;
+    auto failed = [&](detail::status st, int from) { confirm_failed(c, head_name, st, from); };
     if (node_area_.size() == size_) { // one node: the published calls
-        for (int r = 0; r < size_ && compare; ++r) {
+        for (int r = 0; r < size_; ++r) {
             const int q = area_local_[static_cast<std::size_t>(r)];
             if (r == rank_ || q < 0) continue;
             std::uint64_t v = 0;
@@ -546,45 +602,58 @@ inline void mpi_transport::confirm_call(const call& c, const char* head_name,
     }
     const int base = tag_base(fp, 32);
     const std::uint64_t mine[2] = {c.seq, fp};
-    if (root_only) { // every rank tells the root, which compares
-        if (rank_ != c.root) {
-            MPI_Request r = MPI_REQUEST_NULL;
-            detail::mpi_check(MPI_Isend(mine, 2, MPI_UINT64_T, c.root, base, sched_comm_, &r), "MPI_Isend");
+    int from = -1;
+    if (!disseminate(mine, base, c, head_name, deadline, from)) differs(from);
+}
+
+inline bool mpi_transport::disseminate(const std::uint64_t (&mine)[2], int base, const call& c, const char* head_name,
+                                       std::chrono::steady_clock::time_point deadline, int& from) {
+    std::uint64_t got[2] = {0, 0};
+    for (int k = 1, round = 0; k < size_; k <<= 1, ++round) {
+        const int to = (rank_ + k) % size_;
+        from = (rank_ - k + size_) % size_;
+        MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+        detail::mpi_check(MPI_Irecv(got, 2, MPI_UINT64_T, from, base + round, confirm_comm_, &r[0]), "MPI_Irecv");
+        detail::mpi_check(MPI_Isend(mine, 2, MPI_UINT64_T, to, base + round, confirm_comm_, &r[1]), "MPI_Isend");
+        detail::mpi_waiter<mpi_transport> e{*this, deadline};
+        if (const detail::status st = e.wait(r, 2, from); st != detail::status::ok)
+            confirm_failed(c, head_name, st, from);
+        if (got[0] != mine[0] || got[1] != mine[1]) return false;
+    }
+    return true;
+}
+
+inline void mpi_transport::confirm_failed(const call& c, const char* head_name, detail::status st, int from) {
+    if (st == detail::status::peer_exited)
+        fail_call(head_name, errc::peer_failed,
+                  "rank " + std::to_string(from) + " (process " + std::to_string(pids_[static_cast<std::size_t>(from)]) +
+                      ") died");
+    if (broken()) fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
+    fail_call(head_name, errc::timeout,
+              detail::timed_out_waiting(c.settings.timeout.count(), detail::rank_text(from)) +
+                  " (comparing calls; a rank that made a different call, or failed, never answers)");
+}
+
+inline void mpi_transport::confirm_done(const call& c, const char* head_name,
+                                       std::chrono::steady_clock::time_point deadline) {
+    node_area_.done(node_area_.local()).store(c.seq, std::memory_order_release);
+    if (node_area_.size() == size_) {
+        for (int r = 0; r < size_; ++r) {
+            const int q = area_local_[static_cast<std::size_t>(r)];
+            if (r == rank_ || q < 0) continue;
             detail::mpi_waiter<mpi_transport> e{*this, deadline};
-            if (const detail::status st = e.wait(&r, 1, c.root); st != detail::status::ok) failed(st, c.root);
-            return;
-        }
-        std::vector<std::uint64_t> got(2 * static_cast<std::size_t>(size_), 0);
-        std::vector<MPI_Request> r(static_cast<std::size_t>(size_), MPI_REQUEST_NULL);
-        for (int q = 0; q < size_; ++q)
-            if (q != rank_)
-                detail::mpi_check(MPI_Irecv(&got[2 * std::size_t(q)], 2, MPI_UINT64_T, q, base, sched_comm_,
-                                            &r[std::size_t(q)]),
-                                  "MPI_Irecv");
-        for (int q = 0; q < size_; ++q) {
-            if (q == rank_) continue;
-            detail::mpi_waiter<mpi_transport> e{*this, deadline};
-            if (const detail::status st = e.wait(&r[std::size_t(q)], 1, q); st != detail::status::ok) {
-                detail::mpi_waiter<mpi_transport>::retire(r.data(), size_);
-                failed(st, q);
-            }
-            if (got[2 * std::size_t(q)] != mine[0] || got[2 * std::size_t(q) + 1] != mine[1]) {
-                detail::mpi_waiter<mpi_transport>::retire(r.data(), size_);
-                differs(q);
-            }
+            const detail::status st =
+                e.poll([&] { return node_area_.done(q).load(std::memory_order_acquire) >= c.seq; }, r);
+            if (st != detail::status::ok) confirm_failed(c, head_name, st, r);
         }
         return;
     }
-    std::uint64_t got[2] = {0, 0};
-    for (int k = 1, round = 0; k < size_; k <<= 1, ++round) { // dissemination
-        const int to = (rank_ + k) % size_, from = (rank_ - k + size_) % size_;
-        MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-        detail::mpi_check(MPI_Irecv(got, 2, MPI_UINT64_T, from, base + round, sched_comm_, &r[0]), "MPI_Irecv");
-        detail::mpi_check(MPI_Isend(mine, 2, MPI_UINT64_T, to, base + round, sched_comm_, &r[1]), "MPI_Isend");
-        detail::mpi_waiter<mpi_transport> e{*this, deadline};
-        if (const detail::status st = e.wait(r, 2, from); st != detail::status::ok) failed(st, from);
-        if (got[0] != mine[0] || got[1] != mine[1]) differs(from);
-    }
+    const std::uint64_t fp = detail::call_fingerprint(c);
+    const std::uint64_t mine[2] = {c.seq, ~fp};
+    int from = -1;
+    if (!disseminate(mine, tag_base(fp, 32) + 16, c, head_name, deadline, from))
+        fail_call(head_name, errc::mismatch,
+                  detail::mismatch_text("rank " + std::to_string(from) + " finished a different call"));
 }
 
 //! One send or receive. The sender posts a header (count, element size
@@ -708,7 +777,7 @@ inline void mpi_transport::check_all(const detail::descriptor& mine, std::chrono
                                                     ") died before every rank entered it"
             : ab ? "communicator aborted (" + reason() + ")"
                  : "checked mode: timed out waiting for every rank to enter it";
-        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + msg, code);
+        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + msg, code, true);
         throw error(code, std::string("chorus::") + head_name + ": " + msg);
     }
     std::vector<detail::descriptor> calls;

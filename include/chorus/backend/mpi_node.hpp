@@ -101,6 +101,9 @@ struct alignas(64) node_flag {
     //! sequence parity; stored before the call's first post, on the line
     //! its node peers poll anyway.
     std::atomic<std::uint64_t> call[2]{};
+    //! Channel 0's only: the last call the rank finished, where its
+    //! operator may throw (mpi_transport::confirm_done).
+    std::atomic<std::uint64_t> done{0};
 };
 //! Per local rank, in the node segment.
 struct alignas(64) node_slot {
@@ -109,6 +112,8 @@ struct alignas(64) node_slot {
 };
 struct alignas(64) node_header {
     std::atomic<std::int64_t> aborted_by{0}; //!< 1 + rank of the first node rank that failed; 0: fine
+    std::atomic<int> reason_ready{0};        //!< 1 once `reason` holds the failure's text
+    char reason[244] = {};                   //!< written by the rank that set aborted_by
 };
 
 //! The shared memory of one node's ranks for one communicator: per rank
@@ -177,6 +182,8 @@ public:
     }
     //! Local rank q's call of sequence parity `parity` (node_flag::call).
     std::atomic<std::uint64_t>& call(int q, unsigned parity) const { return slot(q).flags[0].call[parity & 1]; }
+    //! Local rank q's last finished call (node_flag::done).
+    std::atomic<std::uint64_t>& done(int q) const { return slot(q).flags[0].done; }
 
 private:
     static std::size_t round_up(std::size_t v, std::size_t a) { return (v + a - 1) / a * a; }

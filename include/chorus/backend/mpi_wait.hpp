@@ -29,7 +29,7 @@ struct mpi_waiter {
     //! the awaited rank's process (peer < 0: any rank's on this machine,
     //! for waits on several ranks at once) still exists.
     detail::status check_peer(int peer) {
-        if (self.broken()) return detail::status::aborted;
+        if (self.broken() || self.told_to_fail()) return detail::status::aborted;
         const int here = self.real_node_[static_cast<std::size_t>(self.rank_)];
         auto dead = [&](int r) {
             return r != self.rank_ && self.real_node_[static_cast<std::size_t>(r)] == here &&

@@ -483,14 +483,24 @@ void threads_transport::run_schedule(const call& cl, const Schedule& sch, const 
     for (int c = 0; c < channels; ++c) detail::post_flag(w.slot(rank_).flags[c], seq << 32); // publish
 
     detail::status st = detail::status::ok;
-    if (cl.settings.checked) st = check_all(mine, seq, e.deadline, e.mismatch, e.bad_peer);
-    if (st == detail::status::ok) {
-        if (coll == collective::barrier) {
-            for (int r = 0; r < n && st == detail::status::ok; ++r)
-                if (r != rank_) st = e.wait(r, 0, 0);
-        } else {
-            st = detail::run_rank_interleaved(sch, e);
+    std::exception_ptr user_error; // thrown by the operator (or anything run on this rank's behalf)
+    try {
+        if (cl.settings.checked) st = check_all(mine, seq, e.deadline, e.mismatch, e.bad_peer);
+        if (st == detail::status::ok) {
+            if (coll == collective::barrier) {
+                for (int r = 0; r < n && st == detail::status::ok; ++r)
+                    if (r != rank_) st = e.wait(r, 0, 0);
+            } else {
+                st = detail::run_rank_interleaved(sch, e);
+            }
         }
+    } catch (...) {
+        user_error = std::current_exception();
+        st = detail::status::aborted;
+        // A failing rank, like one that throws out of its function: every
+        // peer fails at once with this text.
+        w.abort(errc::peer_failed, "rank " + std::to_string(rank_) + " failed in " + collective_name(coll) + ": " +
+                                       detail::exception_text(user_error));
     }
     busy.store(0, std::memory_order_seq_cst);
     if (st == detail::status::ok) return;
@@ -530,6 +540,7 @@ void threads_transport::run_schedule(const call& cl, const Schedule& sch, const 
                std::chrono::steady_clock::now() < quiesce_deadline)
             std::this_thread::yield();
     }
+    if (user_error) std::rethrow_exception(user_error); // the caller's own exception, as it was thrown
     detail::throw_for(w, coll, st, msg);
 }
 

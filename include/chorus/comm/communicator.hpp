@@ -8,6 +8,7 @@
 //! point-to-point message numbers, and the one dispatch from a policy
 //! (and automatic's choice) to this rank's schedule.
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -66,6 +67,20 @@ private:
 //! calls on CUDA streams.
 struct no_host_stream {};
 
+//! The communicator whose collective the calling thread is running (null:
+//! none): a call on it from there, from a user operator, is refused.
+inline thread_local const void* running_collective = nullptr;
+
+//! Set while a thread issues a call on a communicator. A communicator
+//! copied or moved (GPU ranks live in a vector) starts clear: no call can
+//! be under way on the object it came from.
+struct issue_flag {
+    std::atomic<bool> busy{false};
+    issue_flag() = default;
+    issue_flag(const issue_flag&) noexcept {}
+    issue_flag& operator=(const issue_flag&) noexcept { return *this; }
+};
+
 } // namespace detail
 
 //! A rank's handle on a communicator of backend `Backend` (threads, mpi,
@@ -123,6 +138,7 @@ public:
                   int root, bool async, detail::stream_arg stream = {},
                   std::span<const std::uint64_t> counts = {}) {
         if constexpr (host_ordered) refuse_stream(coll, stream);
+        const issue_guard guard(*this, collective_name(coll));
         if (t_.broken()) throw_broken(collective_name(coll));
         t_.check_launch(coll, in, out, count, async);
         detail::call c = describe<T, Op>(pol, coll, in, out, count, root, counts);
@@ -163,6 +179,7 @@ public:
         }
     future p2p(bool is_send, T* buf, std::uint64_t count, int peer, bool async) {
         const char* fn = is_send ? "send" : "recv";
+        const issue_guard guard(*this, fn);
         if (t_.broken()) throw_broken(fn);
         t_.check_p2p(fn, buf, async);
         if (sent_.empty()) {
@@ -186,6 +203,50 @@ public:
     }
 
 private:
+    //! Held while a call is issued (and, for a synchronous call on the
+    //! host stream, run). A communicator takes its calls from one thread
+    //! at a time, and never from code its own collective runs (a user
+    //! operator): both are refused with errc::invalid_argument before
+    //! anything of the communicator is touched (the flag's acquire and
+    //! release also order one thread's calls after another's).
+    class issue_guard {
+    public:
+        issue_guard(communicator& c, const char* fn) : flag_(c.issuing_.busy) {
+            if (detail::running_collective == static_cast<const void*>(&c))
+                throw error(errc::invalid_argument,
+                            std::string("chorus::") + fn +
+                                ": called from inside one of this communicator's own collectives (a user operator, "
+                                "or other code the collective runs, re-entered the communicator)");
+            if (flag_.exchange(true, std::memory_order_acquire))
+                throw error(errc::invalid_argument,
+                            std::string("chorus::") + fn +
+                                ": called while another thread is issuing a call on this communicator; issue a "
+                                "communicator's calls from one thread at a time (a thread that needs its own "
+                                "calls needs a communicator of its own)");
+            owned_ = true;
+        }
+        ~issue_guard() {
+            if (owned_) flag_.store(false, std::memory_order_release);
+        }
+        issue_guard(const issue_guard&) = delete;
+        issue_guard& operator=(const issue_guard&) = delete;
+
+    private:
+        std::atomic<bool>& flag_;
+        bool owned_ = false;
+    };
+    //! Marks the calling thread as running this communicator's collective.
+    class running_scope {
+    public:
+        explicit running_scope(const void* c) : prev_(detail::running_collective) { detail::running_collective = c; }
+        ~running_scope() { detail::running_collective = prev_; }
+        running_scope(const running_scope&) = delete;
+        running_scope& operator=(const running_scope&) = delete;
+
+    private:
+        const void* prev_;
+    };
+
     //! The call as data: its signature, the policy that runs and this
     //! rank's schedule_args.
     template <class T, class Op>
@@ -238,6 +299,7 @@ private:
     //! fails it if an earlier call broke the communicator meanwhile).
     template <class T, class Op>
     void run(const detail::call& c, const Op& op) {
+        const running_scope scope(this);
         detail::call_schedules s(schedules_, c);
         t_.template run<T>(c, op, s);
     }
@@ -259,6 +321,7 @@ private:
     }
 
     transport_type t_;
+    detail::issue_flag issuing_; //!< a thread is issuing a call (issue_guard)
     std::uint64_t next_seq_ = 1;
     detail::schedule_memo schedules_; //!< this rank's last schedule, and automatic's recent choices
     std::vector<std::uint64_t> sent_, received_; //!< point-to-point messages issued, per peer

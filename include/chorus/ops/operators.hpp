@@ -9,6 +9,9 @@
 //!     reduction over n ranks.
 //! User operators need only `T operator()(T, T) const`; they are treated as
 //! non-commutative unless they declare `static constexpr bool commutative = true`.
+//! The built-in ones are noexcept where the element type's arithmetic is;
+//! a call whose operator may throw pays a completion check on MPI
+//! (detail::op_may_throw).
 
 #include <limits>
 #include <type_traits>
@@ -21,7 +24,9 @@ struct sum {
     static constexpr bool commutative = true;
     static constexpr const char* name = "sum";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a + b); }
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const noexcept(noexcept(static_cast<T>(a + b))) {
+        return static_cast<T>(a + b);
+    }
     template <class T>
     static constexpr T identity() {
         if constexpr (std::is_floating_point_v<T>) return T(-0.0); // -0 + x == x for every x, +0 is not neutral for -0
@@ -33,7 +38,9 @@ struct prod {
     static constexpr bool commutative = true;
     static constexpr const char* name = "prod";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a * b); }
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const noexcept(noexcept(static_cast<T>(a * b))) {
+        return static_cast<T>(a * b);
+    }
     template <class T>
     static constexpr T identity() { return T(1); }
 };
@@ -42,7 +49,9 @@ struct min {
     static constexpr bool commutative = true;
     static constexpr const char* name = "min";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return b < a ? b : a; }
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const noexcept(noexcept(b < a ? b : a)) {
+        return b < a ? b : a;
+    }
     template <class T>
     static constexpr T identity() {
         if constexpr (std::numeric_limits<T>::has_infinity) return std::numeric_limits<T>::infinity();
@@ -54,7 +63,9 @@ struct max {
     static constexpr bool commutative = true;
     static constexpr const char* name = "max";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return a < b ? b : a; }
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const noexcept(noexcept(a < b ? b : a)) {
+        return a < b ? b : a;
+    }
     template <class T>
     static constexpr T identity() {
         if constexpr (std::numeric_limits<T>::has_infinity) return -std::numeric_limits<T>::infinity();
@@ -69,7 +80,9 @@ struct avg {
     static constexpr bool arithmetic_only = true;
     static constexpr const char* name = "avg";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a + b); }
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const noexcept(noexcept(static_cast<T>(a + b))) {
+        return static_cast<T>(a + b);
+    }
     template <class T>
     CHORUS_HD constexpr T finish(const T& acc, int nranks) const { return static_cast<T>(acc / static_cast<T>(nranks)); }
     template <class T>
@@ -81,7 +94,9 @@ struct bit_and {
     static constexpr bool integral_only = true;
     static constexpr const char* name = "bit_and";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a & b); }
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const noexcept(noexcept(static_cast<T>(a & b))) {
+        return static_cast<T>(a & b);
+    }
     template <class T>
     static constexpr T identity() { return static_cast<T>(~T(0)); }
 };
@@ -91,7 +106,9 @@ struct bit_or {
     static constexpr bool integral_only = true;
     static constexpr const char* name = "bit_or";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a | b); }
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const noexcept(noexcept(static_cast<T>(a | b))) {
+        return static_cast<T>(a | b);
+    }
     template <class T>
     static constexpr T identity() { return T(0); }
 };
@@ -101,7 +118,9 @@ struct bit_xor {
     static constexpr bool integral_only = true;
     static constexpr const char* name = "bit_xor";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T& b) const { return static_cast<T>(a ^ b); }
+    CHORUS_HD constexpr T operator()(const T& a, const T& b) const noexcept(noexcept(static_cast<T>(a ^ b))) {
+        return static_cast<T>(a ^ b);
+    }
     template <class T>
     static constexpr T identity() { return T(0); }
 };
@@ -112,7 +131,9 @@ namespace detail {
 struct copy_only {
     static constexpr const char* name = "copy";
     template <class T>
-    CHORUS_HD constexpr T operator()(const T& a, const T&) const { return a; }
+    CHORUS_HD constexpr T operator()(const T& a, const T&) const noexcept(noexcept(T(a))) {
+        return a;
+    }
 };
 } // namespace detail
 
