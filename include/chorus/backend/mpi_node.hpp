@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../core/config.hpp"
+#include "../core/env.hpp"
 #include "../core/error.hpp"
 #include "mpi_c.hpp"
 #include "shm.hpp"
@@ -198,14 +199,13 @@ private:
     int local_ = 0, size_ = 1;
 };
 
-//! Window size per rank: CHORUS_SHM_BYTES, default 16 MiB, at least 256 KiB.
+//! Window size per rank: CHORUS_SHM_BYTES, a whole number of bytes from 1
+//! to 64 GiB (anything else throws errc::invalid_argument), default 16 MiB;
+//! raised to at least 256 KiB, rounded up to whole 4 KiB pages.
 inline std::size_t default_window_bytes() {
-    std::size_t w = std::size_t(16) << 20;
-    if (const char* s = std::getenv("CHORUS_SHM_BYTES")) {
-        char* end = nullptr;
-        const long long v = std::strtoll(s, &end, 10);
-        if (end != s && v > 0) w = static_cast<std::size_t>(v);
-    }
+    constexpr std::uint64_t cap = std::uint64_t(64) << 30;
+    auto w = static_cast<std::size_t>(env_positive("CHORUS_SHM_BYTES", std::uint64_t(16) << 20, cap, "bytes",
+                                                   " (64 GiB); values below 262144 (256 KiB) are raised to it"));
     w = std::max<std::size_t>(w, std::size_t(256) << 10);
     return (w + 4095) / 4096 * 4096;
 }

@@ -68,7 +68,9 @@
 #include "../algo/policy.hpp"
 #include "../algo/schedule.hpp"
 #include "../core/communicator.hpp"
+#include "../core/env.hpp"
 #include "../core/error.hpp"
+#include "../core/options.hpp"
 #include "../exec/host_kernel.hpp"
 #include "../model/cost.hpp"
 
@@ -81,23 +83,24 @@ struct host_ordered {};
 //! argument, else the rank's own) and returns at once.
 struct stream_ordered {};
 
-//! Checked mode default: CHORUS_CHECK=1/0, else on in debug builds.
+//! Checked mode default: CHORUS_CHECK (1/true/on/yes or 0/false/off/no,
+//! any case; empty: off; anything else throws errc::invalid_argument), else
+//! on in debug builds.
 inline bool default_checked() {
-    if (const char* s = std::getenv("CHORUS_CHECK")) return s[0] != '\0' && s[0] != '0';
 #if defined(NDEBUG)
-    return false;
+    return env_bool("CHORUS_CHECK", false);
 #else
-    return true;
+    return env_bool("CHORUS_CHECK", true);
 #endif
 }
 
+//! Timeout default: CHORUS_TIMEOUT_MS, a whole number of milliseconds from 1
+//! to max_timeout (anything else throws errc::invalid_argument), else 5 minutes.
 inline std::chrono::milliseconds default_timeout() {
-    if (const char* s = std::getenv("CHORUS_TIMEOUT_MS")) {
-        char* end = nullptr;
-        const long long v = std::strtoll(s, &end, 10);
-        if (end != s && v > 0) return std::chrono::milliseconds(v);
-    }
-    return std::chrono::minutes(5);
+    const std::chrono::milliseconds fallback = std::chrono::minutes(5);
+    return std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(
+        env_positive("CHORUS_TIMEOUT_MS", std::uint64_t(fallback.count()), std::uint64_t(max_timeout.count()),
+                     "milliseconds", " (about 11.6 days)")));
 }
 
 //! What a call fixes when it is issued.
@@ -112,12 +115,13 @@ class call_options {
 public:
     //! Deadline for every wait inside one collective (default: CHORUS_TIMEOUT_MS or 5 minutes).
     void set_timeout(std::chrono::milliseconds t) {
-        if (t.count() <= 0) throw error(errc::invalid_argument, "chorus::communicator::set_timeout: `t` must be positive");
+        check_timeout("chorus::communicator::set_timeout", t);
         timeout_ = t;
     }
     std::chrono::milliseconds timeout() const noexcept { return timeout_; }
 
     //! Per-call deadline override used by chorus::timeout_scope (0: none).
+    //! Unchecked: timeout_scope checks `t` (positive, at most max_timeout).
     void set_call_timeout(std::chrono::milliseconds t) noexcept { call_timeout_ = t; }
     std::chrono::milliseconds call_timeout() const noexcept { return call_timeout_; }
 
@@ -130,7 +134,8 @@ public:
     bool checked() const noexcept { return checked_; }
 
 protected:
-    //! The settings of the call being issued now.
+    //! The settings of the call being issued now. Both timeouts are at most
+    //! max_timeout, so a deadline steady_clock::now() + timeout cannot overflow.
     call_settings issue() const noexcept { return {call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_}; }
 
 private:

@@ -14,6 +14,10 @@
 #include <system_error>
 #include <type_traits>
 
+#if defined(__unix__) || defined(__APPLE__)
+#  include <sys/stat.h>
+#endif
+
 #include "../core/error.hpp"
 #include "cost.hpp"
 
@@ -222,18 +226,43 @@ inline topology parse(std::string_view text, const std::string& source) {
     return t;
 }
 
-//! parse() of the file at `path`; throws chorus::error naming the path when
-//! it cannot be read.
+//! The largest model file load_file() reads (what chorus_calibrate writes is
+//! well under 1 KiB).
+inline constexpr std::uint64_t max_file_bytes = std::uint64_t(1) << 20;
+
+//! parse() of the file at `path`; throws chorus::error (errc::invalid_argument)
+//! naming the path when it is not a regular file, is larger than
+//! max_file_bytes (1 MiB) or cannot be read.
 inline topology load_file(const std::string& path) {
+    const auto fail = [&](const std::string& why) {
+        throw error(errc::invalid_argument, "chorus: model file '" + path + "' " + why);
+    };
+#if defined(__unix__) || defined(__APPLE__)
+    // Before opening: opening a FIFO would block, a directory or device
+    // (/dev/zero) never reads as a model.
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) fail("cannot be read (no such file, or no access)");
+    if (!S_ISREG(st.st_mode)) fail("is not a regular file (a directory, device or pipe)");
+    if (std::uint64_t(st.st_size) > max_file_bytes)
+        fail("is larger than " + std::to_string(max_file_bytes) + " bytes (1 MiB)");
+#endif
     std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (f == nullptr) throw error(errc::invalid_argument, "chorus: cannot read model file '" + path + "'");
+    if (f == nullptr) fail("cannot be read (no such file, or no access)");
     std::string text;
     char buf[4096];
     std::size_t got = 0;
-    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, got);
+    bool too_large = false;
+    while ((got = std::fread(buf, 1, sizeof buf, f)) > 0) {
+        text.append(buf, got);
+        if (text.size() > max_file_bytes) {
+            too_large = true;
+            break;
+        }
+    }
     const bool bad = std::ferror(f) != 0;
     std::fclose(f);
-    if (bad) throw error(errc::invalid_argument, "chorus: error reading model file '" + path + "'");
+    if (too_large) fail("is larger than " + std::to_string(max_file_bytes) + " bytes (1 MiB)");
+    if (bad) fail("could not be read (an I/O error, or not a regular file)");
     return parse(text, path);
 }
 
