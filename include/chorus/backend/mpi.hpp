@@ -80,7 +80,9 @@
 #include "host_common.hpp"
 #include "host_wait.hpp"
 #include "mpi_c.hpp"
+#include "mpi_compare.hpp"
 #include "mpi_node.hpp"
+#include "mpi_p2p.hpp"
 #include "mpi_schedule.hpp"
 #include "mpi_wait.hpp"
 #include "mpi_wire.hpp"
@@ -289,12 +291,18 @@ public:
     //! stays usable); a wait past the deadline or for a dead peer breaks
     //! the communicator.
     template <class T>
-    void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs);
+    void transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg, call_settings cs) {
+        detail::mpi_p2p<mpi_transport>{*this}.template transfer<T>(is_send, buf, count, peer, msg, cs);
+    }
 
 private:
     //! The bounded wait of every MPI path (mpi_wait.hpp).
     template <class>
     friend struct mpi_waiter;
+    template <class>
+    friend struct mpi_compare;
+    template <class>
+    friend struct mpi_p2p;
 
     //! Breaks the communicator with `why` (the first reason stays). With
     //! `tell` (the thread running this rank's calls, which may call MPI)
@@ -389,21 +397,18 @@ private:
     //! success. Run by a call that moves no data (count 0), and after a
     //! broadcast or a reduce, where a rank may otherwise hear only from
     //! ranks that made its own call.
-    void confirm_call(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline);
+    void confirm_call(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
+        detail::mpi_compare<mpi_transport>{*this}.confirm_call(c, head_name, deadline);
+    }
     //! After a call whose operator may throw (a user operator not
     //! declared noexcept): waits until every rank finished it, so that no
     //! rank returns success from a call in which another rank's operator
     //! threw (that rank aborts instead; its node peers see it at once).
     //! On one node, every node peer's node_flag::done; else a
     //! dissemination under the call's tags.
-    void confirm_done(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline);
-    //! The error of a failed comparison wait on rank `from`.
-    [[noreturn]] void confirm_failed(const call& c, const char* head_name, detail::status st, int from);
-    //! Rounds of a dissemination among all ranks: round k sends `mine` to
-    //! rank + 2^k and receives from rank - 2^k under tag `base` + k; false
-    //! when a received pair differs from `mine` (`from` names the sender).
-    bool disseminate(const std::uint64_t (&mine)[2], int base, const call& c, const char* head_name,
-                     std::chrono::steady_clock::time_point deadline, int& from);
+    void confirm_done(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
+        detail::mpi_compare<mpi_transport>{*this}.confirm_done(c, head_name, deadline);
+    }
     std::size_t half_window() const noexcept { return node_area_.window_bytes() / 2 / 4096 * 4096; }
     // The schedule executor (mpi_schedule.hpp).
     MPI_Comm sched_comm_ = MPI_COMM_NULL; //!< its messages
@@ -569,195 +574,6 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
     const std::string why = reason();
     throw error(errc::aborted, std::string("chorus::") + head_name + ": communicator aborted" +
                                    (why.empty() ? std::string() : ": " + why));
-}
-
-inline void mpi_transport::confirm_call(const call& c, const char* head_name,
-                                       std::chrono::steady_clock::time_point deadline) {
-    const std::uint64_t fp = detail::call_fingerprint(c);
-    const std::uint64_t word = c.seq << 32 | (fp & 0xffffffffu);
-    node_area_.call(node_area_.local(), unsigned(c.seq & 1)).store(word, std::memory_order_release);
-    auto differs = [&](int from) {
-        fail_call(head_name, errc::mismatch,
-                  detail::mismatch_text("rank " + std::to_string(from) +
-                                        " made a different call from this rank's (count, element type, operator, "
-                                        "root or algorithm)"));
-    };
-    auto failed = [&](detail::status st, int from) { confirm_failed(c, head_name, st, from); };
-    if (node_area_.size() == size_) { // one node: the published calls
-        for (int r = 0; r < size_; ++r) {
-            const int q = area_local_[static_cast<std::size_t>(r)];
-            if (r == rank_ || q < 0) continue;
-            std::uint64_t v = 0;
-            detail::mpi_waiter<mpi_transport> e{*this, deadline};
-            const detail::status st = e.poll(
-                [&] {
-                    v = node_area_.call(q, unsigned(c.seq & 1)).load(std::memory_order_acquire);
-                    return (v >> 32) >= (c.seq & 0xffffffffu); // published, or moved on
-                },
-                r);
-            if (st != detail::status::ok) failed(st, r);
-            if ((v >> 32) == (c.seq & 0xffffffffu) && v != word) differs(r);
-        }
-        return;
-    }
-    const int base = tag_base(fp, 32);
-    const std::uint64_t mine[2] = {c.seq, fp};
-    int from = -1;
-    if (!disseminate(mine, base, c, head_name, deadline, from)) differs(from);
-}
-
-inline bool mpi_transport::disseminate(const std::uint64_t (&mine)[2], int base, const call& c, const char* head_name,
-                                       std::chrono::steady_clock::time_point deadline, int& from) {
-    std::uint64_t got[2] = {0, 0};
-    for (int k = 1, round = 0; k < size_; k <<= 1, ++round) {
-        const int to = (rank_ + k) % size_;
-        from = (rank_ - k + size_) % size_;
-        MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-        detail::mpi_check(MPI_Irecv(got, 2, MPI_UINT64_T, from, base + round, confirm_comm_, &r[0]), "MPI_Irecv");
-        detail::mpi_check(MPI_Isend(mine, 2, MPI_UINT64_T, to, base + round, confirm_comm_, &r[1]), "MPI_Isend");
-        detail::mpi_waiter<mpi_transport> e{*this, deadline};
-        if (const detail::status st = e.wait(r, 2, from); st != detail::status::ok)
-            confirm_failed(c, head_name, st, from);
-        if (got[0] != mine[0] || got[1] != mine[1]) return false;
-    }
-    return true;
-}
-
-inline void mpi_transport::confirm_failed(const call& c, const char* head_name, detail::status st, int from) {
-    if (st == detail::status::peer_exited)
-        fail_call(head_name, errc::peer_failed,
-                  "rank " + std::to_string(from) + " (process " + std::to_string(pids_[static_cast<std::size_t>(from)]) +
-                      ") died");
-    if (broken()) fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
-    fail_call(head_name, errc::timeout,
-              detail::timed_out_waiting(c.settings.timeout.count(), detail::rank_text(from)) +
-                  " (comparing calls; a rank that made a different call, or failed, never answers)");
-}
-
-inline void mpi_transport::confirm_done(const call& c, const char* head_name,
-                                       std::chrono::steady_clock::time_point deadline) {
-    node_area_.done(node_area_.local()).store(c.seq, std::memory_order_release);
-    if (node_area_.size() == size_) {
-        for (int r = 0; r < size_; ++r) {
-            const int q = area_local_[static_cast<std::size_t>(r)];
-            if (r == rank_ || q < 0) continue;
-            detail::mpi_waiter<mpi_transport> e{*this, deadline};
-            const detail::status st =
-                e.poll([&] { return node_area_.done(q).load(std::memory_order_acquire) >= c.seq; }, r);
-            if (st != detail::status::ok) confirm_failed(c, head_name, st, r);
-        }
-        return;
-    }
-    const std::uint64_t fp = detail::call_fingerprint(c);
-    const std::uint64_t mine[2] = {c.seq, ~fp};
-    int from = -1;
-    if (!disseminate(mine, tag_base(fp, 32) + 16, c, head_name, deadline, from))
-        fail_call(head_name, errc::mismatch,
-                  detail::mismatch_text("rank " + std::to_string(from) + " finished a different call"));
-}
-
-//! One send or receive. The sender posts a header (count, element size
-//! and type) and the data (messages of at most 1 GiB) with tag 1, and
-//! waits for the receiver's reply (tag 2): MPI keeps each tag's messages
-//! between a pair in order, so calls match in issue order. The receiver
-//! checks the header, receives the data straight into `buf` (or, on a
-//! mismatch, into a sink, so the pair stays in step), then replies with
-//! what it expected: a send returns once the receiver has the data, and
-//! a mismatch fails both calls with errc::mismatch naming both counts
-//! (the communicator stays usable).
-template <class T>
-void mpi_transport::transfer(bool is_send, T* buf, std::uint64_t count, int peer, std::uint64_t msg,
-                                 call_settings cs) {
-    const char* fn = is_send ? "send" : "recv";
-    const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
-    if (broken())
-        throw error(errc::aborted, std::string("chorus::") + fn + ": the communicator is broken (" + reason() + ")");
-    const int src = is_send ? rank_ : peer;
-    const int dst = is_send ? peer : rank_;
-    const std::string which = "message #" + std::to_string(msg) + " from rank " + std::to_string(src) + " to rank " +
-                              std::to_string(dst);
-    using header = detail::p2p_header;
-    auto describe = [](header& h, std::uint64_t n) {
-        h.count = n;
-        h.elem_bytes = sizeof(T);
-        h.type_id = detail::type_hash<T>();
-        std::strncpy(h.type_name, element_traits<T>::name(), sizeof h.type_name - 1);
-    };
-    constexpr int data_tag = 1, reply_tag = 2;
-    constexpr std::uint64_t per = detail::sched_plan::max_message_bytes;
-    detail::mpi_waiter<mpi_transport> e{*this, deadline};
-    auto check = [&](detail::status st) {
-        if (st == detail::status::ok) return;
-        if (st == detail::status::aborted)
-            throw error(errc::aborted, std::string("chorus::") + fn + ": communicator aborted (" + reason() + ")");
-        if (st == detail::status::peer_exited)
-            fail_call(fn, errc::peer_failed,
-                      "rank " + std::to_string(peer) + " (process " +
-                          std::to_string(pids_[static_cast<std::size_t>(peer)]) + ") died before " +
-                          (is_send ? "receiving " : "sending ") + which);
-        fail_call(fn, errc::timeout,
-                  detail::timed_out_waiting(cs.timeout.count(), detail::rank_text(peer)) +
-                      (is_send ? " to receive " : " to send ") + which);
-    };
-    // `bytes` bytes at p, in messages of at most `per`.
-    auto post = [&](bool send, void* p, std::uint64_t bytes, int tag, std::vector<MPI_Request>& reqs) {
-        auto* b = static_cast<std::byte*>(p);
-        for (std::uint64_t off = 0; off < bytes; off += per) {
-            reqs.push_back(MPI_REQUEST_NULL);
-            const int m = static_cast<int>(std::min(per, bytes - off));
-            if (send)
-                detail::mpi_check(MPI_Isend(b + off, m, MPI_BYTE, peer, tag, p2p_comm_, &reqs.back()), "MPI_Isend");
-            else
-                detail::mpi_check(MPI_Irecv(b + off, m, MPI_BYTE, peer, tag, p2p_comm_, &reqs.back()), "MPI_Irecv");
-        }
-    };
-    auto wait = [&](std::vector<MPI_Request>& reqs) {
-        if (!reqs.empty()) check(e.wait(reqs.data(), static_cast<int>(reqs.size()), peer));
-        reqs.clear();
-    };
-    auto mismatch = [&](const header& sent, const header& got) {
-        return error(errc::mismatch, std::string("chorus::") + fn + ": rank " + std::to_string(src) + " sends " +
-                                         std::to_string(sent.count) + " elements of " + sent.type_name + " (" +
-                                         std::to_string(sent.elem_bytes) + "-byte) but rank " + std::to_string(dst) +
-                                         " receives " + std::to_string(got.count) + " elements of " + got.type_name +
-                                         " (" + std::to_string(got.elem_bytes) + "-byte) (" + which + ")");
-    };
-    const std::uint64_t bytes = count * sizeof(T);
-    std::vector<MPI_Request> reqs;
-    // Members, not locals: a failed call leaves requests MPI may still
-    // serve after we return, and these outlive it with the communicator.
-    header& mine = p2p_mine_;
-    header& theirs = p2p_theirs_;
-    mine = header{};
-    theirs = header{};
-    describe(mine, count);
-    if (is_send) {
-        post(false, &theirs, sizeof theirs, reply_tag, reqs);
-        post(true, &mine, sizeof mine, data_tag, reqs);
-        post(true, buf, bytes, data_tag, reqs);
-        wait(reqs);
-        theirs.type_name[sizeof theirs.type_name - 1] = '\0';
-        if (theirs.ok == 0) throw mismatch(mine, theirs);
-        return;
-    }
-    post(false, &theirs, sizeof theirs, data_tag, reqs);
-    wait(reqs);
-    theirs.type_name[sizeof theirs.type_name - 1] = '\0';
-    const std::uint64_t sent_bytes = theirs.count * theirs.elem_bytes;
-    mine.ok = theirs.count == count && theirs.elem_bytes == sizeof(T) && theirs.type_id == mine.type_id ? 1 : 0;
-    if (mine.ok) {
-        post(false, buf, bytes, data_tag, reqs);
-        wait(reqs);
-    } else {
-        auto* sink = static_cast<std::byte*>(p2p_sink_.reserve(static_cast<std::size_t>(std::min(per, sent_bytes))));
-        for (std::uint64_t off = 0; off < sent_bytes; off += per) {
-            post(false, sink, std::min(per, sent_bytes - off), data_tag, reqs);
-            wait(reqs);
-        }
-    }
-    post(true, &mine, sizeof mine, reply_tag, reqs);
-    wait(reqs);
-    if (!mine.ok) throw mismatch(theirs, mine);
 }
 
 inline void mpi_transport::check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline) {

@@ -1,0 +1,111 @@
+#pragma once
+//! \file backend/mpi_compare.hpp
+//! How MPI ranks compare their calls with checked mode off, where a rank
+//! could otherwise hear only from ranks that made its own call (broadcast,
+//! reduce, count 0), and check that every rank finished a call whose
+//! operator may throw: on one node through the words ranks publish in the
+//! node segment (node_flag::call, node_flag::done), else as a
+//! dissemination of (sequence, fingerprint) under tags carrying the
+//! fingerprint, on a communicator of their own. `Self` is
+//! detail::mpi_transport, whose state it reads. Part of backend/mpi.hpp.
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "../core/error.hpp"
+#include "host_common.hpp"
+#include "mpi_c.hpp"
+#include "mpi_wait.hpp"
+
+namespace chorus::detail {
+
+template <class Self>
+struct mpi_compare {
+    Self& self;
+
+    void confirm_call(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
+        const std::uint64_t fp = call_fingerprint(c);
+        const std::uint64_t word = c.seq << 32 | (fp & 0xffffffffu);
+        self.node_area_.call(self.node_area_.local(), unsigned(c.seq & 1)).store(word, std::memory_order_release);
+        auto differs = [&](int from) {
+            self.fail_call(head_name, errc::mismatch,
+                           mismatch_text("rank " + std::to_string(from) +
+                                         " made a different call from this rank's (count, element type, operator, "
+                                         "root or algorithm)"));
+        };
+        auto failed = [&](status st, int from) { confirm_failed(c, head_name, st, from); };
+        if (self.node_area_.size() == self.size_) { // one node: the published calls
+            for (int r = 0; r < self.size_; ++r) {
+                const int q = self.area_local_[static_cast<std::size_t>(r)];
+                if (r == self.rank_ || q < 0) continue;
+                std::uint64_t v = 0;
+                mpi_waiter<Self> e{self, deadline};
+                const status st = e.poll(
+                    [&] {
+                        v = self.node_area_.call(q, unsigned(c.seq & 1)).load(std::memory_order_acquire);
+                        return (v >> 32) >= (c.seq & 0xffffffffu); // published, or moved on
+                    },
+                    r);
+                if (st != status::ok) failed(st, r);
+                if ((v >> 32) == (c.seq & 0xffffffffu) && v != word) differs(r);
+            }
+            return;
+        }
+        const int base = self.tag_base(fp, 32);
+        const std::uint64_t mine[2] = {c.seq, fp};
+        int from = -1;
+        if (!disseminate(mine, base, c, head_name, deadline, from)) differs(from);
+    }
+
+    bool disseminate(const std::uint64_t (&mine)[2], int base, const call& c, const char* head_name,
+                     std::chrono::steady_clock::time_point deadline, int& from) {
+        std::uint64_t got[2] = {0, 0};
+        for (int k = 1, round = 0; k < self.size_; k <<= 1, ++round) {
+            const int to = (self.rank_ + k) % self.size_;
+            from = (self.rank_ - k + self.size_) % self.size_;
+            MPI_Request r[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+            mpi_check(MPI_Irecv(got, 2, MPI_UINT64_T, from, base + round, self.confirm_comm_, &r[0]), "MPI_Irecv");
+            mpi_check(MPI_Isend(mine, 2, MPI_UINT64_T, to, base + round, self.confirm_comm_, &r[1]), "MPI_Isend");
+            mpi_waiter<Self> e{self, deadline};
+            if (const status st = e.wait(r, 2, from); st != status::ok) confirm_failed(c, head_name, st, from);
+            if (got[0] != mine[0] || got[1] != mine[1]) return false;
+        }
+        return true;
+    }
+
+    [[noreturn]] void confirm_failed(const call& c, const char* head_name, status st, int from) {
+        if (st == status::peer_exited)
+            self.fail_call(head_name, errc::peer_failed,
+                           "rank " + std::to_string(from) + " (process " +
+                               std::to_string(self.pids_[static_cast<std::size_t>(from)]) + ") died");
+        if (self.broken())
+            self.fail_call(head_name, errc::aborted, "the communicator was aborted (" + self.reason() + ")");
+        self.fail_call(head_name, errc::timeout,
+                       timed_out_waiting(c.settings.timeout.count(), rank_text(from)) +
+                           " (comparing calls; a rank that made a different call, or failed, never answers)");
+    }
+
+    void confirm_done(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
+        self.node_area_.done(self.node_area_.local()).store(c.seq, std::memory_order_release);
+        if (self.node_area_.size() == self.size_) {
+            for (int r = 0; r < self.size_; ++r) {
+                const int q = self.area_local_[static_cast<std::size_t>(r)];
+                if (r == self.rank_ || q < 0) continue;
+                mpi_waiter<Self> e{self, deadline};
+                const status st =
+                    e.poll([&] { return self.node_area_.done(q).load(std::memory_order_acquire) >= c.seq; }, r);
+                if (st != status::ok) confirm_failed(c, head_name, st, r);
+            }
+            return;
+        }
+        const std::uint64_t fp = call_fingerprint(c);
+        const std::uint64_t mine[2] = {c.seq, ~fp};
+        int from = -1;
+        if (!disseminate(mine, self.tag_base(fp, 32) + 16, c, head_name, deadline, from))
+            self.fail_call(head_name, errc::mismatch,
+                           mismatch_text("rank " + std::to_string(from) + " finished a different call"));
+    }
+};
+
+} // namespace chorus::detail
