@@ -34,22 +34,13 @@ struct mpi_compare {
                                          " made a different call from this rank's (count, element type, operator, "
                                          "root or algorithm)"));
         };
-        auto failed = [&](status st, int from) { confirm_failed(c, head_name, st, from); };
         if (self.node_area_.size() == self.size_) { // one node: the published calls
-            for (int r = 0; r < self.size_; ++r) {
-                const int q = self.area_local_[static_cast<std::size_t>(r)];
-                if (r == self.rank_ || q < 0) continue;
-                std::uint64_t v = 0;
-                mpi_waiter<Self> e{self, deadline};
-                const status st = e.poll(
-                    [&] {
-                        v = self.node_area_.call(q, unsigned(c.seq & 1)).load(std::memory_order_acquire);
-                        return (v >> 32) >= (c.seq & 0xffffffffu); // published, or moved on
-                    },
-                    r);
-                if (st != status::ok) failed(st, r);
+            each_node_peer(c, head_name, deadline, [&](int r, int q) {
+                const std::uint64_t v = self.node_area_.call(q, unsigned(c.seq & 1)).load(std::memory_order_acquire);
+                if ((v >> 32) < (c.seq & 0xffffffffu)) return false; // not published yet (later: moved on)
                 if ((v >> 32) == (c.seq & 0xffffffffu) && v != word) differs(r);
-            }
+                return true;
+            });
             return;
         }
         const int base = self.tag_base(fp, 32);
@@ -74,6 +65,20 @@ struct mpi_compare {
         return true;
     }
 
+    //! Polls ready(rank, local rank) for every node peer in turn, within
+    //! the call's bounds; a failed wait is the call's error.
+    template <class Ready>
+    void each_node_peer(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline,
+                        Ready&& ready) {
+        for (int r = 0; r < self.size_; ++r) {
+            const int q = self.area_local_[static_cast<std::size_t>(r)];
+            if (r == self.rank_ || q < 0) continue;
+            mpi_waiter<Self> e{self, deadline};
+            if (const status st = e.poll([&] { return ready(r, q); }, r); st != status::ok)
+                confirm_failed(c, head_name, st, r);
+        }
+    }
+
     [[noreturn]] void confirm_failed(const call& c, const char* head_name, status st, int from) {
         if (st == status::peer_exited)
             self.fail_call(head_name, errc::peer_failed,
@@ -89,14 +94,9 @@ struct mpi_compare {
     void confirm_done(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
         self.node_area_.done(self.node_area_.local()).store(c.seq, std::memory_order_release);
         if (self.node_area_.size() == self.size_) {
-            for (int r = 0; r < self.size_; ++r) {
-                const int q = self.area_local_[static_cast<std::size_t>(r)];
-                if (r == self.rank_ || q < 0) continue;
-                mpi_waiter<Self> e{self, deadline};
-                const status st =
-                    e.poll([&] { return self.node_area_.done(q).load(std::memory_order_acquire) >= c.seq; }, r);
-                if (st != status::ok) confirm_failed(c, head_name, st, r);
-            }
+            each_node_peer(c, head_name, deadline, [&](int, int q) {
+                return self.node_area_.done(q).load(std::memory_order_acquire) >= c.seq;
+            });
             return;
         }
         const std::uint64_t fp = call_fingerprint(c);

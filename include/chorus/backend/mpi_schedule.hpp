@@ -132,8 +132,9 @@ struct node_link {
 };
 
 //! Runs one planned collective on one rank. `Waiter` is the backend's
-//! bounded wait: status wait(MPI_Request*, int k, int peer) (deadline,
-//! abort, peer death; drops the requests on failure), status poll(ready,
+//! bounded wait: status wait(MPI_Request*, int k, int peer, p2p, keep)
+//! (deadline, abort, peer death; with `keep` the requests are left to the
+//! caller on failure), status poll(ready,
 //! peer) (the same bounds around a predicate) and a static
 //! retire(MPI_Request*, int k, grace) (cancel, let what cannot be
 //! cancelled end within the grace, free).
@@ -204,8 +205,8 @@ public:
             for (int f = 0; f < x.frags; ++f) {
                 const std::uint64_t first = std::uint64_t(f) * per;
                 const std::uint64_t m = std::min(per, x.count - first);
-                mpi_check(MPI_Irecv(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer, tag_base_ + x.tag + f, comm_,
-                                    &recv_reqs_[x.req + std::size_t(f)]),
+                mpi_check(MPI_Irecv(base + first, static_cast<int>(m * sizeof(T)), MPI_BYTE, x.peer,
+                                    tag_base_ + x.tag + f, comm_, &recv_reqs_[x.req + std::size_t(f)]),
                           "MPI_Irecv");
             }
         }
@@ -219,11 +220,13 @@ public:
         if (const status st = flush(~std::uint64_t(0), C); st != status::ok) return st;
         for (std::size_t i = 0; i < send_reqs_.size(); ++i)
             if (send_reqs_[i] != MPI_REQUEST_NULL)
-                if (const status st = wait_on(&send_reqs_[i], 1, send_peer_[i]); st != status::ok)
-                    return st == status::mismatch ? mismatched(send_peer_[i])
-                                                  : failed(st, send_peer_[i], "waiting for rank " +
-                                                                                  std::to_string(send_peer_[i]) +
-                                                                                  " to receive this rank's data");
+                if (const status st = wait_on(&send_reqs_[i], 1, send_peer_[i],
+                                              [&] {
+                                                  return "waiting for rank " + std::to_string(send_peer_[i]) +
+                                                         " to receive this rank's data";
+                                              });
+                    st != status::ok)
+                    return st;
         for (std::size_t i = 0; i < plan_.recvs.size(); ++i)
             if (const status st = receive(i); st != status::ok) return st;
         publish();
@@ -411,26 +414,32 @@ private:
                       "rank " + std::to_string(peer) + " made a different call from this rank's (count, element type, "
                       "operator, root or algorithm)");
     }
-    //! Waits for k requests with `peer`. A node peer whose call has not
-    //! been compared yet is compared while waiting: its messages carry
-    //! another call's tags and would never arrive (status::mismatch; the
-    //! destructor retires the requests).
-    status wait_on(MPI_Request* reqs, int k, int peer) {
+    //! Waits for k requests with `peer`; a failure is recorded as
+    //! failed(st, peer, what()). A node peer whose call has not been
+    //! compared yet is compared while waiting: its messages carry another
+    //! call's tags and would never arrive (mismatched()). What is left of
+    //! the requests on failure the destructor retires.
+    template <class What>
+    status wait_on(MPI_Request* reqs, int k, int peer, What&& what) {
         const int q = link_.area != nullptr && peer >= 0 && peer < n_ ? (*link_.local_of)[std::size_t(peer)] : -1;
         publish();
-        if (q < 0 || link_.verified[q] == link_.seq) return w_.wait(reqs, k, peer, true, true); // the destructor retires them
-        bool differs = false;
-        int done = 0, rc = MPI_SUCCESS;
-        status st = w_.poll(
-            [&] {
-                if (!same_call(q)) return differs = true;
-                rc = MPI_Testall(k, reqs, &done, MPI_STATUSES_IGNORE);
-                return rc != MPI_SUCCESS || done != 0;
-            },
-            peer);
-        if (differs) st = status::mismatch;
-        mpi_check(rc, "MPI_Testall"); // what is left the destructor retires
-        return st;
+        status st = status::ok;
+        if (q < 0 || link_.verified[q] == link_.seq) {
+            st = w_.wait(reqs, k, peer, true, true);
+        } else {
+            bool differs = false;
+            int done = 0, rc = MPI_SUCCESS;
+            st = w_.poll(
+                [&] {
+                    if (!same_call(q)) return differs = true;
+                    rc = MPI_Testall(k, reqs, &done, MPI_STATUSES_IGNORE);
+                    return rc != MPI_SUCCESS || done != 0;
+                },
+                peer);
+            mpi_check(rc, "MPI_Testall");
+            if (differs) return mismatched(peer);
+        }
+        return st == status::ok ? st : failed(st, peer, what());
     }
     //! Publishes this rank's progress to its node peers.
     void node_post(int channel, std::uint64_t units) {
@@ -507,9 +516,13 @@ private:
         const auto b = reinterpret_cast<std::uintptr_t>(p), e = reinterpret_cast<std::uintptr_t>(p + m);
         for (std::size_t i = 0; i < send_reqs_.size(); ++i) {
             if (send_reqs_[i] == MPI_REQUEST_NULL || send_end_[i] <= b || e <= send_begin_[i]) continue;
-            if (const status st = wait_on(&send_reqs_[i], 1, send_peer_[i]); st != status::ok)
-                return st == status::mismatch ? mismatched(send_peer_[i]) : failed(st, send_peer_[i], "waiting for rank " + std::to_string(send_peer_[i]) +
-                                                     " to receive data before this rank overwrites it");
+            if (const status st = wait_on(&send_reqs_[i], 1, send_peer_[i],
+                                          [&] {
+                                              return "waiting for rank " + std::to_string(send_peer_[i]) +
+                                                     " to receive data before this rank overwrites it";
+                                          });
+                st != status::ok)
+                return st;
         }
         return status::ok;
     }
@@ -529,10 +542,14 @@ private:
     status receive(std::size_t i) {
         if (received_[i]) return status::ok;
         const sched_xfer& x = plan_.recvs[i];
-        if (const status st = wait_on(&recv_reqs_[x.req], x.frags, x.peer); st != status::ok)
-            return st == status::mismatch ? mismatched(x.peer) : failed(st, x.peer, "waiting for rank " + std::to_string(x.peer) + "'s data (its channel " +
-                                          std::to_string(x.channel) + ", after its unit " + std::to_string(x.unit) +
-                                          ")");
+        if (const status st = wait_on(&recv_reqs_[x.req], x.frags, x.peer,
+                                      [&] {
+                                          return "waiting for rank " + std::to_string(x.peer) +
+                                                 "'s data (its channel " + std::to_string(x.channel) +
+                                                 ", after its unit " + std::to_string(x.unit) + ")";
+                                      });
+            st != status::ok)
+            return st;
         received_[i] = 1;
         return status::ok;
     }

@@ -106,11 +106,6 @@ struct mpi_waiter {
         for (int i = 0; i < k; ++i)
             if (reqs[i] != MPI_REQUEST_NULL) MPI_Request_free(&reqs[i]);
     }
-    static void drop(MPI_Request& r) {
-        if (r == MPI_REQUEST_NULL) return;
-        MPI_Cancel(&r);
-        MPI_Request_free(&r);
-    }
 };
 
 } // namespace chorus::detail
