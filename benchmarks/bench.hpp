@@ -63,14 +63,9 @@ constexpr bool coll_uses_op(coll_kind c) {
 }
 constexpr bool coll_uses_root(coll_kind c) { return c == coll_kind::broadcast || c == coll_kind::reduce; }
 
-//! CHORUS_RANKS_PER_NODE as the threads backend reads it (0: one node).
-inline int emulated_node_size() {
-    const char* v = std::getenv("CHORUS_RANKS_PER_NODE");
-    if (v == nullptr || *v == '\0') return 0;
-    char* end = nullptr;
-    const long k = std::strtol(v, &end, 10);
-    return end != nullptr && *end == '\0' && k > 0 && k <= 65535 ? int(k) : 0;
-}
+//! CHORUS_RANKS_PER_NODE as the threads backend reads it (0: one node; a
+//! bad value throws chorus::error naming it).
+inline int emulated_node_size() { return chorus::detail::env_ranks_per_node(); }
 //! Broadcast takes one buffer: it is in place by definition.
 constexpr bool coll_has_out_of_place(coll_kind c) { return c != coll_kind::broadcast; }
 //! The least bytes a shared-memory implementation must read plus write, for

@@ -896,8 +896,7 @@ int run(bench& B) {
     const bool wants_hier = std::find(o.algos.begin(), o.algos.end(), "hierarchical") != o.algos.end();
     B.node_size = o.ranks_per_node;
     if (B.node_size == 0 && wants_hier && n >= 4 && n % 2 == 0) B.node_size = n / 2;
-    if (B.node_size == 0)
-        if (const char* e = std::getenv("CHORUS_RANKS_PER_NODE")) B.node_size = std::atoi(e) > 0 ? std::atoi(e) : 0;
+    if (B.node_size == 0) B.node_size = chorus::detail::env_ranks_per_node(); // as make_communicators reads it
 
     B.topo = chorus::model::model_file_given() ? chorus::model::current()
                                                : chorus::model::gpu_cluster_topology(B.node_size);

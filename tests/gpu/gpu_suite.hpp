@@ -180,8 +180,7 @@ struct world {
     //! The node size make_communicators uses (ranks_per_node, else CHORUS_RANKS_PER_NODE, else 0).
     int node_size() const {
         if (opt.ranks_per_node > 0) return opt.ranks_per_node;
-        if (const char* e = std::getenv("CHORUS_RANKS_PER_NODE")) return std::atoi(e) > 0 ? std::atoi(e) : 0;
-        return 0;
+        return chorus::detail::env_ranks_per_node();
     }
     //! What automatic plans against on this world (as make_communicators sets it).
     chorus::model::topology topology() const {

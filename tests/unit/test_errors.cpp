@@ -4,19 +4,29 @@
 // here has a timeout, so a regression fails instead of hanging.
 
 #include "test_util.hpp"
+#include "fault_util.hpp" // chorus_fault::sanitized
 #include "../misuse_ops.hpp"
 
 #include <algorithm>
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 namespace {
 
@@ -788,4 +798,271 @@ TEST_CASE("model files: directories, devices and oversized files are refused by 
     } else {
         FAIL_CHECK("cannot write " << big);
     }
+}
+
+TEST_CASE("CHORUS_RANKS_PER_NODE is parsed whole and range-checked") {
+    // Read when run_threads makes its ranks' shared state: a bad value fails the call before any rank runs.
+    for (const char* v : {"2x", "abc", "0", "-2", "+2", "1e1", "65536", "2,2", "2 ranks", " "}) {
+        env_guard g("CHORUS_RANKS_PER_NODE", v);
+        std::atomic<int> ran{0};
+        expect_invalid(std::string("run_threads with CHORUS_RANKS_PER_NODE=") + v,
+                       [&] { chorus::run_threads(2, [&](comm_t&) { ++ran; }); },
+                       {"CHORUS_RANKS_PER_NODE", (std::string("'") + v + "'").c_str(), "whole number of ranks per node",
+                        "65535"});
+        CHECK(ran == 0);
+        expect_invalid(std::string("env_ranks_per_node() with CHORUS_RANKS_PER_NODE=") + v,
+                       [] { chorus::detail::env_ranks_per_node(); }, {"CHORUS_RANKS_PER_NODE"});
+    }
+    {
+        env_guard g("CHORUS_RANKS_PER_NODE", "");
+        CHECK(chorus::detail::env_ranks_per_node() == 0); // empty: one node
+    }
+    for (const char* v : {"2", " 2\n"}) {
+        env_guard g("CHORUS_RANKS_PER_NODE", v);
+        CHECK(chorus::detail::env_ranks_per_node() == 2);
+        std::atomic<int> wrong{0};
+        chorus::run_threads(4, [&](comm_t& comm) {
+            comm.set_timeout(20s);
+            if (comm.transport().node_size() != 2) ++wrong;
+            std::vector<int> x(37, comm.rank() + 1);
+            chorus::all_reduce<chorus::hierarchical<>>(comm, std::span<int>(x));
+            if (x != std::vector<int>(37, 1 + 2 + 3 + 4)) ++wrong;
+        });
+        CHECK_MESSAGE(wrong == 0, "CHORUS_RANKS_PER_NODE='" << std::string(v) << "'");
+    }
+}
+
+TEST_CASE("exchange collectives: counts whose sum overflows, in elements or in bytes, are refused on every rank") {
+    constexpr std::size_t huge = std::numeric_limits<std::size_t>::max();
+    constexpr std::size_t half = std::size_t(1) << (std::numeric_limits<std::size_t>::digits - 1); // 2^63
+    std::atomic<int> ranks_done{0};
+    chorus::run_threads(2, [&](comm_t& comm) {
+        comm.set_timeout(20s);
+        const std::size_t r = std::size_t(comm.rank());
+        std::vector<int> a(8), b(8);
+        std::vector<double> da(8), db(8);
+        // {SIZE_MAX, 2} sums to 1 when it wraps: the sum is checked before any size is compared with it.
+        const std::vector<std::size_t> wraps{huge, 2};
+        expect_invalid("all_gatherv {SIZE_MAX, 2}", [&] {
+            chorus::all_gatherv(comm, std::span<const int>(a).first(r == 0 ? 0 : 1), std::span(b).first(1),
+                                std::span<const std::size_t>(wraps));
+        }, {"chorus::all_gatherv", "the sum of `counts` overflows"});
+        expect_invalid("reduce_scatterv {SIZE_MAX, 2}", [&] {
+            chorus::reduce_scatterv(comm, std::span<const int>(a).first(1), std::span(b).first(r == 0 ? 0 : 1),
+                                    std::span<const std::size_t>(wraps));
+        }, {"chorus::reduce_scatterv", "the sum of `counts` overflows"});
+        // Every rank's row and column sum fits (2^63), the whole matrix's (2^64) does not.
+        const std::vector<std::size_t> matrix{0, half, half, 0};
+        expect_invalid("all_to_allv {0, 2^63; 2^63, 0}", [&] {
+            chorus::all_to_allv(comm, std::span<const int>(a).first(2), std::span(b).first(2),
+                                std::span<const std::size_t>(matrix));
+        }, {"chorus::all_to_allv", "the sum of `counts` overflows"});
+        // Sums that fit as element counts but not as bytes of 8-byte elements.
+        const std::vector<std::size_t> big2{half / 2, half / 2}, big4{half / 4, half / 4, half / 4, half / 4};
+        expect_invalid("all_gatherv<double> {2^62, 2^62}", [&] {
+            chorus::all_gatherv(comm, std::span<const double>(da).first(2), std::span(db).first(4),
+                                std::span<const std::size_t>(big2));
+        }, {"chorus::all_gatherv", "the sum of `counts` in bytes overflows", "* 8"});
+        expect_invalid("reduce_scatterv<double> {2^62, 2^62}", [&] {
+            chorus::reduce_scatterv(comm, std::span<const double>(da).first(4), std::span(db).first(2),
+                                    std::span<const std::size_t>(big2));
+        }, {"chorus::reduce_scatterv", "the sum of `counts` in bytes overflows"});
+        expect_invalid("all_to_allv<double> {2^61 x 4}", [&] {
+            chorus::all_to_allv(comm, std::span<const double>(da).first(2), std::span(db).first(2),
+                                std::span<const std::size_t>(big4));
+        }, {"chorus::all_to_allv", "the sum of `counts` in bytes overflows"});
+        // size() * count overflows: spans of a bogus size, refused before anything reads them.
+        expect_invalid("all_gather with size() * in.size() overflowing", [&] {
+            chorus::all_gather(comm, std::span<const char>(reinterpret_cast<const char*>(a.data()), half),
+                               std::span(reinterpret_cast<char*>(b.data()), 2));
+        }, {"chorus::all_gather", "size() * in.size() overflows"});
+        expect_invalid("reduce_scatter with size() * out.size() overflowing", [&] {
+            chorus::reduce_scatter(comm, std::span<const char>(reinterpret_cast<const char*>(a.data()), 2),
+                                   std::span(reinterpret_cast<char*>(b.data()), half));
+        }, {"chorus::reduce_scatter", "size() * out.size() overflows"});
+        // Nothing above reached the backend: the communicator still works.
+        const std::vector<std::size_t> ok{1, 3};
+        std::vector<int> mine(ok[r], int(r) + 1), all(4);
+        chorus::all_gatherv(comm, std::span<const int>(mine), std::span(all), std::span<const std::size_t>(ok));
+        CHECK(all == std::vector<int>{1, 2, 2, 2});
+        ++ranks_done;
+    });
+    CHECK(ranks_done == 2);
+}
+
+namespace {
+
+//! The address space this process maps, in bytes (what RLIMIT_AS limits).
+std::size_t mapped_bytes() {
+    unsigned long pages = 0;
+    if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+        if (std::fscanf(f, "%lu", &pages) != 1) pages = 0;
+        std::fclose(f);
+    }
+    return std::size_t(pages) * std::size_t(sysconf(_SC_PAGESIZE));
+}
+
+//! The stack size of a thread started with default attributes (std::thread's).
+std::size_t default_stack_bytes() {
+    std::size_t s = 0;
+    pthread_attr_t a;
+    if (pthread_getattr_default_np(&a) == 0) {
+        pthread_attr_getstacksize(&a, &s);
+        pthread_attr_destroy(&a);
+    }
+    return s != 0 ? s : std::size_t(8) << 20;
+}
+
+//! Caps this process's address space at what it maps now plus `extra` bytes.
+bool cap_address_space(std::size_t extra) {
+    rlimit lim{};
+    if (getrlimit(RLIMIT_AS, &lim) != 0) return false;
+    lim.rlim_cur = rlim_t(mapped_bytes() + extra);
+    return setrlimit(RLIMIT_AS, &lim) == 0;
+}
+
+//! Runs child() in a forked process that exits with its result; returns
+//! that exit code, or -1 (with `how` saying why) when the child died of a
+//! signal (std::terminate: SIGABRT) or ran past `timeout` (then killed).
+template <class F>
+int run_in_child(F&& child, std::chrono::seconds timeout, std::string& how) {
+    std::fflush(nullptr);
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+        how = "fork failed";
+        return -1;
+    }
+    if (pid == 0) {
+        int rc = 99;
+        try {
+            rc = child();
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "child: uncaught: %s\n", e.what());
+            rc = 98;
+        } catch (...) {
+            rc = 98;
+        }
+        std::fflush(nullptr);
+        ::_exit(rc);
+    }
+    const auto t0 = steady::now();
+    int st = 0;
+    for (;;) {
+        const pid_t w = ::waitpid(pid, &st, WNOHANG);
+        if (w == pid) break;
+        if (w < 0) {
+            how = "waitpid failed";
+            return -1;
+        }
+        if (steady::now() - t0 > timeout) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &st, 0);
+            how = "hung: killed after " + std::to_string(timeout.count()) + " s";
+            return -1;
+        }
+        std::this_thread::sleep_for(10ms);
+    }
+    if (WIFSIGNALED(st)) {
+        how = "died of signal " + std::to_string(WTERMSIG(st)) + (WTERMSIG(st) == SIGABRT ? " (std::terminate?)" : "");
+        return -1;
+    }
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+//! In a child: what a call that must fail with errc::unavailable naming
+//! `needles` did, as an exit code (0: as expected), reported on stderr.
+template <class F>
+int expect_unavailable_in_child(const char* what, F&& f, std::initializer_list<const char*> needles) {
+    try {
+        f();
+        std::fprintf(stderr, "%s: no exception\n", what);
+        return 10;
+    } catch (const chorus::error& e) {
+        if (e.code() != errc::unavailable) {
+            std::fprintf(stderr, "%s: code %s: %s\n", what, chorus::to_string(e.code()), e.what());
+            return 11;
+        }
+        for (const char* n : needles)
+            if (!contains(e.what(), n)) {
+                std::fprintf(stderr, "%s: message lacks '%s': %s\n", what, n, e.what());
+                return 12;
+            }
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s: not a chorus::error: %s\n", what, e.what());
+        return 13;
+    }
+}
+
+void* block_on_pipe(void* fd) {
+    char c;
+    while (::read(*static_cast<int*>(fd), &c, 1) < 0) {
+    }
+    return nullptr;
+}
+
+} // namespace
+
+// RLIMIT_AS makes thread creation fail for real; sanitizers reserve terabytes of address space, so not there.
+TEST_CASE("run_threads: a rank thread that cannot be started ends in errc::unavailable naming the limit" *
+          doctest::skip(chorus_fault::sanitized)) {
+    std::string how;
+    const int rc = run_in_child([] {
+        // Room for about three more default stacks: of 64 ranks a few start (and wait in all_reduce for the
+        // others), then starting the next fails.
+        const std::size_t stack = default_stack_bytes();
+        if (!cap_address_space(3 * stack + stack / 2)) return 20;
+        return expect_unavailable_in_child("run_threads(64)", [] {
+            chorus::run_threads(64, [](comm_t& comm) {
+                comm.set_timeout(60s); // longer than the test waits: only the abort releases them
+                std::vector<float> v(64, 1.0f);
+                chorus::all_reduce(comm, std::span<float>(v));
+            });
+        }, {"chorus::run_threads: could not start the thread of rank ", " of 64", "ulimit -u", "threads-max"});
+    }, 30s, how);
+    CHECK_MESSAGE(rc == 0, "child exit " << rc << " " << how << " (20: setrlimit failed; 10: every thread started; "
+                                                               "11-13: another error, see stderr)");
+}
+
+TEST_CASE("async calls: a worker thread that cannot be started ends in errc::unavailable, the stream stays usable" *
+          doctest::skip(chorus_fault::sanitized)) {
+    std::string how;
+    const int rc = run_in_child([] {
+        const std::size_t stack = default_stack_bytes();
+        const std::size_t spare = stack / 2; // room for small allocations, not for a thread's stack
+        int fds[2];
+        if (::pipe(fds) != 0) return 21;
+        std::vector<pthread_t> blockers;
+        blockers.reserve(4096);
+        void* reserve = ::mmap(nullptr, spare, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void* later = ::mmap(nullptr, 2 * stack, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); // for the retry
+        if (reserve == MAP_FAILED || later == MAP_FAILED || !cap_address_space(2 * stack)) return 20;
+        // Take the rest of the address space, then every stack glibc keeps cached for reuse.
+        for (std::size_t chunk = 2 * stack; chunk >= 4096; chunk /= 2)
+            while (::mmap(nullptr, chunk, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED) {
+            }
+        for (pthread_t t{}; blockers.size() < 4096 && pthread_create(&t, nullptr, block_on_pipe, &fds[0]) == 0;)
+            blockers.push_back(t);
+        if (blockers.size() == 4096) return 22;
+        ::munmap(reserve, spare);
+        int result = 0;
+        chorus::run_threads(1, [&](comm_t& comm) {
+            std::vector<float> v(16, 1.0f);
+            result = expect_unavailable_in_child("all_reduce_async", [&] {
+                chorus::future f = chorus::all_reduce_async(comm, std::span<float>(v));
+                f.wait();
+            }, {"could not start the worker thread", "async calls", "ulimit -u", "nothing was queued"});
+            if (result != 0) return;
+            chorus::all_reduce(comm, std::span<float>(v)); // sync, inline: the stream holds nothing half-queued
+            // With room for a thread again, the next async call starts the worker and runs.
+            ::close(fds[1]);
+            for (pthread_t t : blockers) pthread_join(t, nullptr);
+            ::munmap(later, 2 * stack);
+            chorus::all_reduce_async(comm, std::span<float>(v)).wait();
+            if (v != std::vector<float>(16, 1.0f)) result = 30;
+        });
+        return result; // and the communicator's end (draining its stream) did not hang
+    }, 30s, how);
+    CHECK_MESSAGE(rc == 0, "child exit " << rc << " " << how << " (20-22: set-up failed; 10: the worker started; "
+                                                               "11-13: another error, see stderr)");
 }

@@ -12,8 +12,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 
+#include "../core/error.hpp"
 #include "future.hpp"
 
 namespace chorus::detail {
@@ -50,14 +52,27 @@ public:
         fn();
     }
 
+    //! Starts the worker thread now, if it is not running (else enqueue
+    //! does): a caller that numbers its calls calls this first, so a thread
+    //! that cannot start fails the call before it took a number.
+    void start() {
+        std::lock_guard<std::mutex> lk(m_);
+        if (!worker_.joinable()) start_worker();
+    }
+
     //! Queues fn behind everything issued before; the future completes when it ran.
+    //! The worker thread is started (on first use) before fn is queued: if it
+    //! cannot be (the process's thread or memory limit), chorus::error
+    //! (errc::unavailable) is thrown, nothing was queued and fn never runs;
+    //! the stream stays usable (sync calls run inline, a later enqueue tries
+    //! again).
     future enqueue(std::function<void()> fn, std::function<void()> on_abandon = {}) {
         auto state = std::make_shared<completion>();
         state->on_abandon = std::move(on_abandon);
         {
             std::lock_guard<std::mutex> lk(m_);
+            if (!worker_.joinable()) start_worker();
             queue_.push_back({std::move(fn), state});
-            if (!worker_.joinable()) worker_ = std::thread([this] { loop(); });
         }
         cv_.notify_all();
         return future(state);
@@ -94,6 +109,20 @@ private:
             lk.lock();
             busy_ = false;
             cv_.notify_all();
+        }
+    }
+
+    //! Starts the worker (m_ held, so it waits for the lock before it looks at the queue).
+    void start_worker() {
+        try {
+            worker_ = std::thread([this] { loop(); });
+        } catch (const std::exception& e) { // std::system_error (EAGAIN) or std::bad_alloc
+            throw error(errc::unavailable,
+                        std::string("chorus: could not start the worker thread that runs a communicator's async "
+                                    "calls: ") +
+                            e.what() +
+                            " (the process's thread or memory limit: ulimit -u, ulimit -v, "
+                            "/proc/sys/kernel/threads-max); nothing was queued");
         }
     }
 

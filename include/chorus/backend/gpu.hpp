@@ -42,6 +42,7 @@
 
 #include "../async/future.hpp"
 #include "../core/communicator.hpp"
+#include "../core/env.hpp"
 #include "../core/error.hpp"
 #include "../exec/lane_env.hpp"
 #include "../kernels/collective.cuh"
@@ -421,8 +422,7 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
     w->dev = devices;
     w->scratch_bytes = opt.scratch_bytes;
     w->node_size = opt.ranks_per_node;
-    if (w->node_size == 0)
-        if (const char* e = std::getenv("CHORUS_RANKS_PER_NODE")) w->node_size = std::atoi(e) > 0 ? std::atoi(e) : 0;
+    if (w->node_size == 0) w->node_size = detail::env_ranks_per_node(); // strict: a bad value throws
     w->topo = model::model_file_given() ? model::current() : model::gpu_cluster_topology(w->node_size);
     if (w->node_size < 0)
         throw error(errc::invalid_argument, "chorus::gpu::make_communicators: `ranks_per_node` must be >= 0");

@@ -41,6 +41,7 @@
 
 #include "../core/communicator.hpp"
 #include "../core/element.hpp"
+#include "../core/env.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_kernel.hpp"
 #include "../exec/host_reduce_copy.hpp"
@@ -154,12 +155,10 @@ public:
         // CHORUS_RANKS_PER_NODE=k: emulate a node split for hierarchical<>
         // policies (ranks are threads of one process, so the split only
         // changes the schedule: nodes of k consecutive ranks). Read once per
-        // communicator; unset, invalid or non-positive: 0 (one node).
-        if (const char* v = std::getenv("CHORUS_RANKS_PER_NODE"); v != nullptr && *v != '\0') {
-            char* end = nullptr;
-            const long k = std::strtol(v, &end, 10);
-            if (end != nullptr && *end == '\0' && k > 0 && k <= 65535) node_size_ = static_cast<int>(k);
-        }
+        // communicator; unset or empty: 0 (one node); a value that is not a
+        // whole number from 1 to 65535 throws errc::invalid_argument (before
+        // run_threads starts any rank).
+        node_size_ = env_ranks_per_node();
     }
     int size() const noexcept { return size_; }
     rank_slot& slot(int r) { return slots_[static_cast<std::size_t>(r)]; }

@@ -59,9 +59,15 @@ inline std::size_t checked_sum(collective c, const char* what, std::span<const s
     return s;
 }
 
-//! The counts as the backend takes them; the whole array's sum must fit.
-inline std::vector<std::uint64_t> exchange_counts(collective c, std::span<const std::size_t> counts) {
-    (void)checked_sum(c, "the sum of `counts`", counts, 0, counts.size(), 1);
+//! The counts as the backend takes them. The whole array's sum must fit in
+//! a size_t, as elements and as bytes of `elem_bytes`-byte elements: every
+//! count, sum of counts and offset any rank computes (in elements or in
+//! bytes, for its own buffers or a peer's) is at most that sum, so none of
+//! them can wrap once this passed.
+inline std::vector<std::uint64_t> exchange_counts(collective c, std::span<const std::size_t> counts,
+                                                  std::size_t elem_bytes) {
+    const std::size_t total = checked_sum(c, "the sum of `counts`", counts, 0, counts.size(), 1);
+    (void)checked_mul(c, "the sum of `counts` in bytes", total, elem_bytes);
     return std::vector<std::uint64_t>(counts.begin(), counts.end());
 }
 

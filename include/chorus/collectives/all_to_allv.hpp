@@ -34,7 +34,7 @@ future all_to_allv_run(communicator<B>& comm, const policy& pol, std::span<const
     check_data(c, "in", in.data(), in.size());
     check_data(c, "out", out.data(), out.size());
     check_counts_size(c, counts, checked_mul(c, "size() * size()", n, n), "size() * size()");
-    const std::vector<std::uint64_t> k = exchange_counts(c, counts);
+    const std::vector<std::uint64_t> k = exchange_counts(c, counts, sizeof(T));
     const std::size_t sends = checked_sum(c, "the sum of `counts`", counts, r * n, n, 1);
     if (in.size() != sends)
         throw_arg(c, "`in` has " + std::to_string(in.size()) + " elements but rank " + std::to_string(r) +

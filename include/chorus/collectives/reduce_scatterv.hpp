@@ -36,7 +36,7 @@ future reduce_scatterv_run(communicator<B>& comm, const policy& pol, std::span<c
     check_data(c, "in", in.data(), in.size());
     check_data(c, "out", out.data(), out.size());
     check_counts_size(c, counts, n, "size()");
-    const std::vector<std::uint64_t> k = exchange_counts(c, counts);
+    const std::vector<std::uint64_t> k = exchange_counts(c, counts, sizeof(T));
     if (out.size() != counts[r])
         throw_arg(c, "`out` has " + std::to_string(out.size()) + " elements but counts[rank()] = counts[" +
                          std::to_string(r) + "] = " + std::to_string(counts[r]));

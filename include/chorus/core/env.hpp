@@ -1,10 +1,10 @@
 #pragma once
 //! \file core/env.hpp
 //! Strict parsing of the environment variables chorus reads (CHORUS_CHECK,
-//! CHORUS_TIMEOUT_MS, CHORUS_SHM_BYTES): a value is parsed whole and range-
-//! checked, and either accepted or rejected with chorus::error
-//! (errc::invalid_argument) naming the variable, its value and what is
-//! accepted. Unset or empty: the caller's default. Locale-free.
+//! CHORUS_TIMEOUT_MS, CHORUS_SHM_BYTES, CHORUS_RANKS_PER_NODE): a value is
+//! parsed whole and range-checked, and either accepted or rejected with
+//! chorus::error (errc::invalid_argument) naming the variable, its value
+//! and what is accepted. Unset or empty: the caller's default. Locale-free.
 
 #include <charconv>
 #include <cstdint>
@@ -50,6 +50,17 @@ inline std::uint64_t env_positive(const char* name, std::uint64_t fallback, std:
     const char* s = std::getenv(name);
     if (s == nullptr || *s == '\0') return fallback;
     return parse_env_positive(name, s, cap, unit, note);
+}
+
+//! CHORUS_RANKS_PER_NODE, the ranks of one emulated node for hierarchical<>
+//! policies on the threads and GPU backends (and their benchmarks): unset
+//! or empty, 0 (one node); otherwise a whole number from 1 to 65535, and
+//! anything else throws errc::invalid_argument naming the variable and its
+//! value. (The MPI backend, which also takes lists such as "3,2,1", parses
+//! it itself: backend/mpi_node.hpp.)
+inline int env_ranks_per_node() {
+    return static_cast<int>(env_positive("CHORUS_RANKS_PER_NODE", 0, 65535, "ranks per node",
+                                         "; unset or empty for one node"));
 }
 
 //! `value` (of the variable `name`) as a boolean, case-insensitively:
