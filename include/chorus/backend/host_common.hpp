@@ -168,6 +168,11 @@ inline std::string exception_text(const std::exception_ptr& e) {
     }
 }
 
+//! What a rank that found a peer's call differs from its own says.
+inline std::string different_call_text(int peer) {
+    return "rank " + std::to_string(peer) +
+           " made a different call from this rank's (count, element type, operator, root or algorithm)";
+}
 //! The message of a mismatch found with checked mode off (by the ranks
 //! that notice it; the others fail as the communicator aborts).
 inline std::string mismatch_text(const std::string& what) {

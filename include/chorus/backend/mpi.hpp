@@ -127,11 +127,34 @@ public:
         MPI_Initialized(&initialized);
         if (!initialized)
             throw error(errc::invalid_argument, "chorus::communicator<mpi>: MPI is not initialised (call MPI_Init_thread first)");
+        try {
+            setup(parent);
+        } catch (...) {
+            release(); // the communicators duplicated so far
+            throw;
+        }
+    }
+    mpi_transport(const mpi_transport&) = delete;
+    mpi_transport& operator=(const mpi_transport&) = delete;
+    ~mpi_transport() { release(); }
+
+    //! Checked mode, agreed: on for every rank where any rank asked for it
+    //! (communicator's constructor; collective).
+    bool agree_checked(bool mine) {
+        int on = mine ? 1 : 0;
+        detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &on, 1, MPI_INT, MPI_MAX, comm_), "MPI_Allreduce");
+        return on != 0;
+    }
+
+private:
+    void setup(MPI_Comm parent) {
+        using detail::mpi_check;
         mpi_check(MPI_Comm_dup(parent, &comm_), "MPI_Comm_dup");
         MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
         mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
         mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
         MPI_Query_thread(&thread_level_);
+        agree_environment();
 
         // Who shares memory with whom, and the node split hierarchical<> uses.
         detail::node_discovery found = detail::discover_nodes(comm_, rank_, size_);
@@ -145,13 +168,15 @@ public:
         const int node = node_topo_.node_of[static_cast<std::size_t>(rank_)];
         MPI_Comm node_comm = MPI_COMM_NULL;
         mpi_check(MPI_Comm_split(comm_, node, rank_, &node_comm), "MPI_Comm_split");
-        try {
+        // A node whose memory cannot be set up fails every rank, not only
+        // its own (the others would wait in the collectives below).
+        all_or_none("could not set up its node's shared memory", [&] {
+            struct free_comm {
+                MPI_Comm& c;
+                ~free_comm() { MPI_Comm_free(&c); }
+            } on_exit{node_comm};
             node_area_.init(node_comm, static_cast<std::size_t>(w));
-        } catch (...) {
-            MPI_Comm_free(&node_comm);
-            throw;
-        }
-        MPI_Comm_free(&node_comm);
+        });
         area_local_.assign(static_cast<std::size_t>(size_), -1);
         for (int r : node_topo_.nodes[static_cast<std::size_t>(node)])
             area_local_[static_cast<std::size_t>(r)] = node_topo_.local_of[static_cast<std::size_t>(r)];
@@ -194,7 +219,6 @@ public:
             mpi_check(MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_UINT64_T, MPI_MIN, comm_), "MPI_Allreduce");
             mpi_check(MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_UINT64_T, MPI_MAX, comm_), "MPI_Allreduce");
             if (lo != hi) {
-                MPI_Comm_free(&comm_);
                 throw error(errc::invalid_argument,
                             "chorus: the ranks' cost models differ (CHORUS_MODEL must name the same file, with "
                             "the same contents, on every rank)");
@@ -215,10 +239,48 @@ public:
         int has_ub = 0;
         mpi_check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
         if (has_ub && ub != nullptr) tag_ub_ = *static_cast<int*>(ub);
+        tag_top_ = std::bit_width(static_cast<std::uint64_t>(tag_ub_) + 1) - 1;
     }
-    mpi_transport(const mpi_transport&) = delete;
-    mpi_transport& operator=(const mpi_transport&) = delete;
-    ~mpi_transport() {
+    //! Every rank parses the environment it will read (CHORUS_CHECK,
+    //! CHORUS_TIMEOUT_MS, CHORUS_SHM_BYTES, CHORUS_RANKS_PER_NODE,
+    //! CHORUS_MODEL) before the first collective that needs it: a rank
+    //! that rejects a value makes every rank throw here, instead of
+    //! leaving the others inside an MPI collective it never joins.
+    void agree_environment() {
+        all_or_none("rejected its environment (its error names the variable)", [&] {
+            (void)detail::default_checked();
+            (void)detail::default_timeout();
+            (void)detail::default_window_bytes();
+            if (const char* spec = std::getenv("CHORUS_RANKS_PER_NODE"); spec != nullptr && spec[0] != '\0') {
+                int wsize = 1;
+                MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+                (void)detail::emulated_nodes(spec, wsize);
+            }
+            if (model::model_file_given()) (void)model::current();
+        });
+    }
+    //! Runs `f` (a step of construction that may fail on some ranks only)
+    //! and then makes every rank fail if one did: that rank with its own
+    //! error, the others with errc::peer_failed naming it and `what`.
+    //! Collective.
+    template <class F>
+    void all_or_none(const char* what, F&& f) {
+        std::string bad;
+        errc code = errc::invalid_argument;
+        try {
+            f();
+        } catch (const error& e) {
+            bad = e.what();
+            code = e.code();
+        }
+        int first = bad.empty() ? size_ : rank_;
+        detail::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm_), "MPI_Allreduce");
+        if (!bad.empty()) throw error(code, bad);
+        if (first < size_)
+            throw error(errc::peer_failed, "chorus::communicator<mpi>: rank " + std::to_string(first) + " " + what);
+    }
+    //! Frees what construction made (also after it failed part way).
+    void release() noexcept {
         int finalized = 0;
         MPI_Finalized(&finalized);
         if (finalized) return;
@@ -227,6 +289,8 @@ public:
         for (MPI_Comm* c : {&p2p_comm_, &abort_comm_, &confirm_comm_, &sched_comm_, &comm_})
             if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
     }
+
+public:
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return size_; }
@@ -349,7 +413,7 @@ private:
         return true;
     }
     template <class T, class Op, class Schedules>
-    void run_schedule(const call& c, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
+    void run_schedule(const call& c, std::uint64_t fp, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
                       std::chrono::steady_clock::time_point deadline);
     void need_threads(const char* fn, const char* what) const {
         if (thread_level_ < MPI_THREAD_MULTIPLE)
@@ -384,10 +448,9 @@ private:
     //! call's fingerprint (0 where MPI_TAG_UB leaves fewer than 8 bits).
     int tag_base(std::uint64_t fingerprint, std::uint64_t tags) const {
         int idx = 12;
-        const int top = std::bit_width(static_cast<std::uint64_t>(tag_ub_) + 1) - 1; // tags below 2^top
         while (idx < 30 && (std::uint64_t(1) << idx) < tags) ++idx;
-        if (top - idx < 8) return 0;
-        return static_cast<int>((fingerprint >> 32) & ((std::uint64_t(1) << (top - idx)) - 1)) << idx;
+        if (tag_top_ - idx < 8) return 0;
+        return static_cast<int>((fingerprint >> 32) & ((std::uint64_t(1) << (tag_top_ - idx)) - 1)) << idx;
     }
     //! Compares this call with every rank's: on one node, every node
     //! peer's published call (node_flag::call); else (sequence,
@@ -397,8 +460,9 @@ private:
     //! success. Run by a call that moves no data (count 0), and after a
     //! broadcast or a reduce, where a rank may otherwise hear only from
     //! ranks that made its own call.
-    void confirm_call(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
-        detail::mpi_compare<mpi_transport>{*this}.confirm_call(c, head_name, deadline);
+    void confirm_call(const call& c, std::uint64_t fp, const char* head_name,
+                      std::chrono::steady_clock::time_point deadline) {
+        detail::mpi_compare<mpi_transport>{*this}.confirm_call(c, fp, head_name, deadline);
     }
     //! After a call whose operator may throw (a user operator not
     //! declared noexcept): waits until every rank finished it, so that no
@@ -406,8 +470,9 @@ private:
     //! threw (that rank aborts instead; its node peers see it at once).
     //! On one node, every node peer's node_flag::done; else a
     //! dissemination under the call's tags.
-    void confirm_done(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
-        detail::mpi_compare<mpi_transport>{*this}.confirm_done(c, head_name, deadline);
+    void confirm_done(const call& c, std::uint64_t fp, const char* head_name,
+                      std::chrono::steady_clock::time_point deadline) {
+        detail::mpi_compare<mpi_transport>{*this}.confirm_done(c, fp, head_name, deadline);
     }
     std::size_t half_window() const noexcept { return node_area_.window_bytes() / 2 / 4096 * 4096; }
     // The schedule executor (mpi_schedule.hpp).
@@ -417,6 +482,7 @@ private:
     char abort_text_[256] = {};             //!< what they were sent (alive until the sends end)
     std::vector<MPI_Request> abort_reqs_;
     int tag_ub_ = 32767;                  //!< MPI_TAG_UB (at least 32767 by the standard)
+    int tag_top_ = 15;                    //!< tags are below 2^tag_top_ (tag_base)
     int sched_node_size_ = 0;             //!< schedule_args::node_size (0: no regular node split)
     model::topology topo_{};              //!< schedule_args::topo: what automatic plans against
     detail::sched_plan plan_;
@@ -468,18 +534,19 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
 
     // Every policy runs the exchange collectives' schedule, tuned by the policy.
     const policy chosen = s.chosen(); // automatic as its pick
-    if (!is_exchange(coll) && c.count == 0) return confirm_call(c, head_name, deadline);
-    run_schedule<T>(c, chosen, in, out, op, s, deadline);
+    const std::uint64_t fp = detail::call_fingerprint(c);
+    if (!is_exchange(coll) && c.count == 0) return confirm_call(c, fp, head_name, deadline);
+    run_schedule<T>(c, fp, chosen, in, out, op, s, deadline);
     // After the data (it cannot reach a rank that made another call: the
     // tags and the published calls differ), before returning success.
-    if (coll == collective::broadcast || coll == collective::reduce) confirm_call(c, head_name, deadline);
-    if constexpr (detail::op_may_throw<Op, T>) confirm_done(c, head_name, deadline);
+    if (coll == collective::broadcast || coll == collective::reduce) confirm_call(c, fp, head_name, deadline);
+    if constexpr (detail::op_may_throw<Op, T>) confirm_done(c, fp, head_name, deadline);
 }
 
 //! A collective: its schedule on the schedule executor (mpi_schedule.hpp).
 template <class T, class Op, class Schedules>
-void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
-                                 std::chrono::steady_clock::time_point deadline) {
+void mpi_transport::run_schedule(const call& c, std::uint64_t fp, const policy& pol, const T* in, T* out, const Op& op,
+                                 Schedules& s, std::chrono::steady_clock::time_point deadline) {
     const collective coll = c.coll; // pol: automatic as its pick, the plan key and what errors name
     const call_settings cs = c.settings;
     const char* head_name = collective_name(coll);
@@ -539,7 +606,6 @@ void mpi_transport::run_schedule(const call& c, const policy& pol, const T* in, 
         // Large results go past the cache: the caller's buffer is not read
         // again by the call.
         const bool streaming = c.count * sizeof(T) >= (std::uint64_t(4) << 20);
-        const std::uint64_t fp = detail::call_fingerprint(c);
         detail::sched_executor<T, Op, detail::mpi_waiter<mpi_transport>> x(
             plan_, sched_ws_, e, sched_comm_, op, rank_, size_, in, out, scratch, staging,
             {&node_area_, &area_local_, c.seq, half_window(), in_window, streaming, debt_, seen_.data(), fp,

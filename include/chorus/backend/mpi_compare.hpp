@@ -24,15 +24,12 @@ template <class Self>
 struct mpi_compare {
     Self& self;
 
-    void confirm_call(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
-        const std::uint64_t fp = call_fingerprint(c);
+    void confirm_call(const call& c, std::uint64_t fp, const char* head_name,
+                      std::chrono::steady_clock::time_point deadline) {
         const std::uint64_t word = c.seq << 32 | (fp & 0xffffffffu);
         self.node_area_.call(self.node_area_.local(), unsigned(c.seq & 1)).store(word, std::memory_order_release);
         auto differs = [&](int from) {
-            self.fail_call(head_name, errc::mismatch,
-                           mismatch_text("rank " + std::to_string(from) +
-                                         " made a different call from this rank's (count, element type, operator, "
-                                         "root or algorithm)"));
+            self.fail_call(head_name, errc::mismatch, mismatch_text(different_call_text(from)));
         };
         if (self.node_area_.size() == self.size_) { // one node: the published calls
             each_node_peer(c, head_name, deadline, [&](int r, int q) {
@@ -91,7 +88,8 @@ struct mpi_compare {
                            " (comparing calls; a rank that made a different call, or failed, never answers)");
     }
 
-    void confirm_done(const call& c, const char* head_name, std::chrono::steady_clock::time_point deadline) {
+    void confirm_done(const call& c, std::uint64_t fp, const char* head_name,
+                      std::chrono::steady_clock::time_point deadline) {
         self.node_area_.done(self.node_area_.local()).store(c.seq, std::memory_order_release);
         if (self.node_area_.size() == self.size_) {
             each_node_peer(c, head_name, deadline, [&](int, int q) {
@@ -99,7 +97,6 @@ struct mpi_compare {
             });
             return;
         }
-        const std::uint64_t fp = call_fingerprint(c);
         const std::uint64_t mine[2] = {c.seq, ~fp};
         int from = -1;
         if (!disseminate(mine, self.tag_base(fp, 32) + 16, c, head_name, deadline, from))

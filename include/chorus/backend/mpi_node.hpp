@@ -115,6 +115,7 @@ struct alignas(64) node_header {
     std::atomic<std::int64_t> aborted_by{0}; //!< 1 + rank of the first node rank that failed; 0: fine
     std::atomic<int> reason_ready{0};        //!< 1 once `reason` holds the failure's text
     char reason[244] = {};                   //!< written by the rank that set aborted_by
+    std::atomic<int> mapped{0};              //!< ranks other than the creator that mapped the segment
 };
 
 //! The shared memory of one node's ranks for one communicator: per rank
@@ -135,32 +136,57 @@ public:
         mpi_check(MPI_Comm_size(node_comm, &size_), "MPI_Comm_size");
         const std::size_t head = round_up(sizeof(node_header) + sizeof(node_slot) * std::size_t(size_), 4096);
         const std::size_t bytes = head + window_ * std::size_t(size_);
+        const std::string knob = "CHORUS_SHM_BYTES sets the window of each of the node's " + std::to_string(size_) +
+                                 " ranks (now " + std::to_string(window_) + " bytes)";
         if (size_ == 1) {
-            private_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t(4096))));
+            try {
+                private_.reset(static_cast<std::byte*>(::operator new(bytes, std::align_val_t(4096))));
+            } catch (const std::bad_alloc&) {
+                throw error(errc::unavailable, "chorus: could not allocate the rank's window of " +
+                                                   std::to_string(bytes) + " bytes; " + knob);
+            }
             base_ = private_.get();
             std::memset(base_, 0, head); // the windows are touched on first use
             new (base_) node_header();
             new (base_ + sizeof(node_header)) node_slot();
         } else {
-            static std::atomic<unsigned> serial{0};
-            char name[64] = {};
+            // Local rank 0 creates the segment and sends its name, or its
+            // error ('N' + name, or 'U'/'I' + message: errc unavailable or
+            // internal); the last rank to map it unlinks the name.
+            char msg[512] = {};
+            if (local_ == 0) {
+                shm_segment::sweep_stale_segments();
+                std::string name;
+                try {
+                    seg_ = shm_segment::create_unique(name, bytes, knob);
+                    msg[0] = 'N';
+                    std::snprintf(msg + 1, sizeof msg - 1, "%s", name.c_str());
+                } catch (const error& e) {
+                    msg[0] = e.code() == errc::unavailable ? 'U' : 'I';
+                    std::snprintf(msg + 1, sizeof msg - 1, "%s", e.what());
+                }
+            }
+            mpi_check(MPI_Bcast(msg, sizeof msg, MPI_CHAR, 0, node_comm), "MPI_Bcast");
+            if (msg[0] != 'N') throw error(msg[0] == 'U' ? errc::unavailable : errc::internal, msg + 1);
+            const std::string name = msg + 1;
             int ok = 1;
             std::string err;
-            if (local_ == 0) {
-                std::snprintf(name, sizeof name, "/chorus-%d-%u", static_cast<int>(getpid()), serial++);
+            if (local_ != 0) {
                 try {
-                    seg_ = shm_segment::create(name, bytes);
+                    seg_ = shm_segment::open(name, bytes);
+                    auto& h = *reinterpret_cast<node_header*>(seg_.data());
+                    if (h.mapped.fetch_add(1) + 2 == size_) shm_segment::unlink(name);
                 } catch (const error& e) {
                     ok = 0;
                     err = e.what();
                 }
             }
-            mpi_check(MPI_Bcast(&ok, 1, MPI_INT, 0, node_comm), "MPI_Bcast");
-            if (!ok) throw error(errc::internal, local_ == 0 ? err : "chorus: the node's shared memory segment could not be created");
-            mpi_check(MPI_Bcast(name, sizeof name, MPI_CHAR, 0, node_comm), "MPI_Bcast");
-            if (local_ != 0) seg_ = shm_segment::open(name, bytes);
-            mpi_check(MPI_Barrier(node_comm), "MPI_Barrier");
-            if (local_ == 0) shm_segment::unlink(name); // everyone mapped it
+            mpi_check(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, node_comm), "MPI_Allreduce");
+            if (local_ == 0) shm_segment::unlink(name); // when some rank could not map it
+            if (!ok)
+                throw error(errc::internal, err.empty() ? "chorus: a rank of this node could not map the node's "
+                                                          "shared memory segment " + name
+                                                        : err);
             base_ = seg_.data();
         }
         header().aborted_by.store(0);

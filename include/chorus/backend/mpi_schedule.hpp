@@ -81,6 +81,7 @@
 #include "../exec/host_kernel.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
+#include "host_common.hpp"
 #include "host_wait.hpp"
 #include "mpi_c.hpp"
 #include "mpi_node.hpp"
@@ -410,9 +411,7 @@ private:
     }
     status mismatched(int peer) {
         mismatched_peer_ = peer;
-        return failed(status::mismatch, peer,
-                      "rank " + std::to_string(peer) + " made a different call from this rank's (count, element type, "
-                      "operator, root or algorithm)");
+        return failed(status::mismatch, peer, different_call_text(peer));
     }
     //! Waits for k requests with `peer`; a failure is recorded as
     //! failed(st, peer, what()). A node peer whose call has not been

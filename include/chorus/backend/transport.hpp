@@ -138,10 +138,19 @@ protected:
     //! max_timeout, so a deadline steady_clock::now() + timeout cannot overflow.
     call_settings issue() const noexcept { return {call_timeout_.count() > 0 ? call_timeout_ : timeout_, checked_}; }
 
+    //! The defaults from the environment (default_timeout, default_checked),
+    //! read by the communicator once its transport exists: an MPI transport
+    //! first makes sure every rank accepts its environment, so a rank that
+    //! rejects a value fails with the others instead of leaving them waiting.
+    void load_defaults() {
+        timeout_ = default_timeout();
+        checked_ = default_checked();
+    }
+
 private:
-    std::chrono::milliseconds timeout_ = default_timeout();
+    std::chrono::milliseconds timeout_{std::chrono::minutes(5)};
     std::chrono::milliseconds call_timeout_{0};
-    bool checked_ = default_checked();
+    bool checked_ = false;
 };
 
 //! One collective call, as the communicator hands it to its transport.

@@ -98,7 +98,13 @@ class communicator : public Backend::template api<communicator<Backend>>, public
 public:
     template <class... A>
         requires std::constructible_from<transport_type, A...>
-    explicit communicator(A&&... a) : t_(std::forward<A>(a)...) {}
+    explicit communicator(A&&... a) : t_(std::forward<A>(a)...) {
+        load_defaults();
+        // Checked mode changes what a call exchanges: where ranks could
+        // read different settings (MPI processes), the transport makes them
+        // agree (on where any rank asked for it).
+        if constexpr (requires { t_.agree_checked(true); }) set_checked(t_.agree_checked(checked()));
+    }
     ~communicator() {
         if constexpr (host_ordered) stream_.drain();
     }
@@ -141,6 +147,8 @@ public:
         const issue_guard guard(*this, collective_name(coll));
         if (t_.broken()) throw_broken(collective_name(coll));
         t_.check_launch(coll, in, out, count, async);
+        if constexpr (host_ordered)
+            if (async) stream_.start(); // a worker that cannot start fails the call before it has a number
         detail::call c = describe<T, Op>(pol, coll, in, out, count, root, counts);
         if constexpr (host_ordered) {
             if (!async) {
@@ -186,6 +194,7 @@ public:
             sent_.assign(static_cast<std::size_t>(size()), 0);
             received_.assign(static_cast<std::size_t>(size()), 0);
         }
+        if (async) stream_.start(); // before the message takes its number
         std::uint64_t& counter = (is_send ? sent_ : received_)[static_cast<std::size_t>(peer)];
         const std::uint64_t msg = ++counter;
         const detail::call_settings cs = issue();
