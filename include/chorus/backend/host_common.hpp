@@ -25,6 +25,10 @@
 #include "../ops/traits.hpp"
 #include "transport.hpp"
 
+#if defined(__CUDACC__)
+#  include <cuda_runtime_api.h>
+#endif
+
 namespace chorus::detail {
 
 //! What a rank registers for one collective: its buffers, read only by
@@ -166,6 +170,29 @@ inline std::string exception_text(const std::exception_ptr& e) {
     } catch (...) {
         return "an exception not derived from std::exception";
     }
+}
+
+//! Throws when `p` is GPU device memory: the host transports (threads, MPI)
+//! copy and reduce with the CPU, which cannot read it. Only a CUDA
+//! translation unit (nvcc, which links the CUDA runtime) can ask; elsewhere
+//! the check is compiled out. Managed memory is fine.
+inline void check_host_pointer([[maybe_unused]] const char* fn, [[maybe_unused]] const char* name,
+                               [[maybe_unused]] const void* p) {
+#if defined(__CUDACC__)
+    if (p == nullptr) return;
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+        (void)cudaGetLastError(); // not a CUDA pointer (or no device): host memory
+        return;
+    }
+    if (attr.type == cudaMemoryTypeDevice)
+        throw error(errc::invalid_argument, std::string("chorus::") + fn + ": `" + name +
+                                                "` points to GPU memory (device " + std::to_string(attr.device) +
+                                                "); a host communicator (threads, MPI) needs host or managed memory");
+#endif
+}
+inline void check_host_pointer(collective coll, const char* name, const void* p) {
+    check_host_pointer(collective_name(coll), name, p);
 }
 
 //! What a rank that found a peer's call differs from its own says.

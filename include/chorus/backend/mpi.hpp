@@ -337,10 +337,13 @@ public:
     }
 
     //! Async calls run on the communicator's worker thread.
-    void check_launch(collective coll, const void*, const void*, std::uint64_t, bool async) const {
+    void check_launch(collective coll, const void* in, const void* out, std::uint64_t, bool async) const {
+        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
+        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
         if (async) need_threads(collective_name(coll), "collectives");
     }
-    void check_p2p(const char* fn, const void*, bool async) const {
+    void check_p2p(const char* fn, const void* buf, bool async) const {
+        detail::check_host_pointer(fn, "buf", buf);
         if (async) need_threads(fn, "calls");
     }
 

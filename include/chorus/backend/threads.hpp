@@ -35,9 +35,6 @@
 #if defined(__unix__)
 #  include <unistd.h>
 #endif
-#if defined(__CUDACC__)
-#  include <cuda_runtime_api.h>
-#endif
 
 #include "../core/communicator.hpp"
 #include "../core/element.hpp"
@@ -238,28 +235,6 @@ private:
     std::uint64_t llc_bytes_ = std::uint64_t(32) << 20;
     int node_size_ = 0;
 };
-
-//! Throws when `p` is GPU device memory: ranks that are host threads cannot
-//! read it. Only a CUDA translation unit (nvcc, which links the CUDA runtime)
-//! can ask; elsewhere the check is compiled out. Managed memory is fine.
-inline void check_host_pointer([[maybe_unused]] const char* fn, [[maybe_unused]] const char* name,
-                               [[maybe_unused]] const void* p) {
-#if defined(__CUDACC__)
-    if (p == nullptr) return;
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-        (void)cudaGetLastError(); // not a CUDA pointer (or no device): host memory
-        return;
-    }
-    if (attr.type == cudaMemoryTypeDevice)
-        throw error(errc::invalid_argument, std::string("chorus::") + fn + ": `" + name +
-                                                "` points to GPU memory (device " + std::to_string(attr.device) +
-                                                "); a threads communicator needs host or managed memory");
-#endif
-}
-inline void check_host_pointer(collective coll, const char* name, const void* p) {
-    check_host_pointer(collective_name(coll), name, p);
-}
 
 //! Builds an error for collective `coll` from a failed status.
 [[noreturn]] inline void throw_for(threads_world& w, collective coll, status st, const std::string& detail_msg) {
