@@ -4,6 +4,7 @@
 //! call that ranks compare in checked mode, the default deadline and
 //! checked-mode settings, and registered scratch memory.
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -25,8 +26,9 @@
 #include "../ops/traits.hpp"
 #include "transport.hpp"
 
-#if defined(__CUDACC__)
-#  include <cuda_runtime_api.h>
+#if defined(__linux__)
+#  include <dlfcn.h>
+#  include <time.h>
 #endif
 
 namespace chorus::detail {
@@ -172,24 +174,52 @@ inline std::string exception_text(const std::exception_ptr& e) {
     }
 }
 
-//! Throws when `p` is GPU device memory: the host transports (threads, MPI)
-//! copy and reduce with the CPU, which cannot read it. Only a CUDA
-//! translation unit (nvcc, which links the CUDA runtime) can ask; elsewhere
-//! the check is compiled out. Managed memory is fine.
-inline void check_host_pointer([[maybe_unused]] const char* fn, [[maybe_unused]] const char* name,
-                               [[maybe_unused]] const void* p) {
-#if defined(__CUDACC__)
-    if (p == nullptr) return;
-    cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-        (void)cudaGetLastError(); // not a CUDA pointer (or no device): host memory
-        return;
-    }
-    if (attr.type == cudaMemoryTypeDevice)
-        throw error(errc::invalid_argument, std::string("chorus::") + fn + ": `" + name +
-                                                "` points to GPU memory (device " + std::to_string(attr.device) +
-                                                "); a host communicator (threads, MPI) needs host or managed memory");
+//! The CUDA driver's cuPointerGetAttribute when this process has loaded
+//! the driver (libcuda.so.1), else null. chorus never loads it: a process
+//! without CUDA pays a look-up (dlopen with RTLD_NOLOAD) at most once a
+//! second, and nothing once the driver was found.
+using cu_pointer_get_attribute_fn = int (*)(void* data, int attribute, unsigned long long ptr);
+inline cu_pointer_get_attribute_fn cuda_driver_pointer_query() noexcept {
+#if defined(__linux__)
+    static std::atomic<cu_pointer_get_attribute_fn> found{nullptr};
+    static std::atomic<std::int64_t> next_look{0};
+    if (const auto f = found.load(std::memory_order_acquire)) return f;
+    timespec ts{}; // the coarse clock: a few nanoseconds, on every call of a process without CUDA
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    const std::int64_t now = std::int64_t(ts.tv_sec);
+    if (now < next_look.load(std::memory_order_relaxed)) return nullptr;
+    next_look.store(now + 1, std::memory_order_relaxed);
+    void* h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD); // kept open: the driver stays loaded anyway
+    if (h == nullptr) return nullptr;
+    const auto f = reinterpret_cast<cu_pointer_get_attribute_fn>(dlsym(h, "cuPointerGetAttribute"));
+    found.store(f, std::memory_order_release);
+    return f;
+#else
+    return nullptr;
 #endif
+}
+
+//! Throws when `p` is GPU device memory: the host transports (threads, MPI)
+//! copy and reduce with the CPU, which cannot read it. Asked of the CUDA
+//! driver when the process has loaded it (any translation unit, nvcc's or
+//! not); a process without CUDA has no device memory. Managed memory is
+//! fine.
+inline void check_host_pointer(const char* fn, const char* name, const void* p) {
+    if (p == nullptr) return;
+    const cu_pointer_get_attribute_fn query = cuda_driver_pointer_query();
+    if (query == nullptr) return;
+    constexpr int memory_type = 2, is_managed = 8, device_ordinal = 9; // CUpointer_attribute
+    constexpr unsigned memory_type_device = 2;                           // CU_MEMORYTYPE_DEVICE
+    const auto ptr = static_cast<unsigned long long>(reinterpret_cast<std::uintptr_t>(p));
+    unsigned type = 0;
+    if (query(&type, memory_type, ptr) != 0 || type != memory_type_device) return; // not CUDA's, or host memory
+    unsigned long long managed = 0; // a boolean of the driver's size, whatever it is
+    if (query(&managed, is_managed, ptr) == 0 && managed != 0) return;
+    int device = -1;
+    (void)query(&device, device_ordinal, ptr);
+    throw error(errc::invalid_argument, std::string("chorus::") + fn + ": `" + name +
+                                            "` points to GPU memory (device " + std::to_string(device) +
+                                            "); a host communicator (threads, MPI) needs host or managed memory");
 }
 inline void check_host_pointer(collective coll, const char* name, const void* p) {
     check_host_pointer(collective_name(coll), name, p);
