@@ -6,13 +6,16 @@
 # 1. configures a fresh build tree (default <repo>/build-gpu-check) with
 #    -DCHORUS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=<compute capability from
 #    nvidia-smi, fallback 90> -DCMAKE_BUILD_TYPE=Release -DCHORUS_MPI=OFF;
-# 2. builds only chorus_gpu_suite and chorus_bench_gpu (-j$(nproc));
+# 2. builds only chorus_gpu_suite, chorus_gpu_host_device_pointer and
+#    chorus_bench_gpu (-j$(nproc));
 #    with --prebuilt DIR, steps 1-2 are skipped when DIR holds both
 #    programs already built (e.g. on a machine without a GPU, with
 #    -DCMAKE_CUDA_ARCHITECTURES=90, and carried over) and both start;
 #    otherwise it builds as above;
 # 3. with CUDA_DEVICE_MAX_CONNECTIONS=32, runs the GPU suite (virtual ranks
-#    2/4/8 on device 0, and one rank per device when there are several);
+#    2/4/8 on device 0, and one rank per device when there are several),
+#    then chorus_gpu_host_device_pointer (device memory refused by a threads
+#    communicator from host-compiler code, managed memory reduced);
 # 4. runs chorus_bench_gpu: (a) AllReduce float, 8 virtual ranks, ring, 16
 #    and 32 channels, 1 MiB..256 MiB; (b) AllReduce float, 8 virtual ranks,
 #    direct, 8 B..64 KiB; (c) AllGather and ReduceScatter, 8 ranks, ring,
@@ -171,6 +174,7 @@ if ((!USE_PREBUILT)); then
         fi
     fi
 
+    ((SUITE_BUILT)) && TARGETS+=(chorus_gpu_host_device_pointer)
     ((SUITE_BUILT)) || TARGETS=(chorus_bench_gpu)
     echo "+ cmake --build $BUILD_DIR -j$(nproc) --target ${TARGETS[*]}"
     BUILD_START=$(date +%s)
@@ -199,6 +203,21 @@ if ((SUITE_BUILT)); then
     124 | 137) SUITE_STATUS="FAILED (timed out after $SUITE_TIMEOUT s)" ;;
     *) SUITE_STATUS="FAILED (exit $SUITE_RC${SUITE_LINE:+; ${SUITE_LINE#*: }})" ;;
     esac
+fi
+
+# A device pointer handed to a threads communicator from host-compiler code
+# is refused (the CUDA driver is asked), managed memory is reduced.
+POINTER_STATUS="NOT BUILT"
+POINTER=$BUILD_DIR/tests/gpu/chorus_gpu_host_device_pointer
+if [[ -x $POINTER ]]; then
+    set +e
+    timeout -k 10 60 "$POINTER" 2>&1 | tee "$RESULTS_DIR/host_device_pointer.log"
+    case ${PIPESTATUS[0]} in
+    0) POINTER_STATUS="PASSED" ;;
+    77) POINTER_STATUS="SKIPPED (no CUDA device)" ;;
+    *) POINTER_STATUS="FAILED (see host_device_pointer.log)" ;;
+    esac
+    set -e
 fi
 
 # --- the benchmark -------------------------------------------------------------------
@@ -334,6 +353,7 @@ done
         printf '%-44s %s\n' "build (${TARGETS[*]})" "${BUILD_SECS} s"
     fi
     printf '%-44s %s\n' "GPU suite" "$SUITE_STATUS"
+    printf '%-44s %s\n' "device pointers refused (host compiler)" "$POINTER_STATUS"
     if ((${#BENCH_FAILED[@]})); then
         printf '%-44s %s\n' "benchmark runs" "FAILED: ${BENCH_FAILED[*]}"
     else
@@ -358,4 +378,4 @@ done
     printf '%-44s %s\n' "wall time" "$(($(date +%s) - START)) s"
 } | tee "$RESULTS_DIR/summary.txt"
 
-[[ $SUITE_STATUS == PASSED* && ${#BENCH_FAILED[@]} -eq 0 && $WRONG -eq 0 ]]
+[[ $SUITE_STATUS == PASSED* && $POINTER_STATUS != FAILED* && ${#BENCH_FAILED[@]} -eq 0 && $WRONG -eq 0 ]]
