@@ -239,16 +239,28 @@ private:
     //! Writes the file whole under a temporary name, then renames it: a
     //! reader sees all of it or nothing.
     void write_file(const std::string& name, const header& h, const void* data, std::size_t bytes) {
+        if (const int e = write_atomically(name, &h, sizeof h, data, bytes))
+            fail(errc::unavailable, "chorus::bootstrap: could not write " + name + ": " + std::strerror(e));
+    }
+    //! Writes `a` then `b` to `name` under a temporary name, then renames
+    //! it. Returns 0, or the errno of the step that failed (nothing left).
+    static int write_atomically(const std::string& name, const void* a, std::size_t na, const void* b,
+                                std::size_t nb) {
         const std::string tmp = name + ".tmp";
         const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, S_IRUSR | S_IWUSR);
-        bool ok = fd >= 0 && write_all(fd, &h, sizeof h) && (bytes == 0 || write_all(fd, data, bytes));
-        const int e = errno;
-        if (fd >= 0) ok = ::close(fd) == 0 && ok;
-        ok = ok && ::rename(tmp.c_str(), name.c_str()) == 0;
-        if (!ok) {
-            ::unlink(tmp.c_str());
-            fail(errc::unavailable, "chorus::bootstrap: could not write " + name + ": " + std::strerror(e ? e : errno));
+        bool ok = fd >= 0 && write_all(fd, a, na) && (nb == 0 || write_all(fd, b, nb));
+        int e = ok ? 0 : errno;
+        if (fd >= 0 && ::close(fd) != 0 && ok) {
+            ok = false;
+            e = errno;
         }
+        if (ok && ::rename(tmp.c_str(), name.c_str()) != 0) {
+            ok = false;
+            e = errno;
+        }
+        if (ok) return 0;
+        ::unlink(tmp.c_str());
+        return e != 0 ? e : EIO;
     }
     static bool write_all(int fd, const void* p, std::size_t n) {
         const char* c = static_cast<const char*>(p);
@@ -313,12 +325,7 @@ private:
         if (st == status::aborted) fail(errc::aborted, "chorus::bootstrap: aborted while waiting for " + rank);
         if (st == status::mismatch) fail(errc::peer_failed, "chorus::bootstrap: " + rank + " failed: " + reason);
         if (st == status::peer_exited) {
-            // A dead rank removes nothing: its files of this exchange and
-            // the last one are taken away here.
-            for (std::uint64_t k = round_ > 1 ? round_ - 1 : 1; k <= round_; ++k) {
-                ::unlink(data_name(r, k).c_str());
-                ::unlink((data_name(r, k) + ".tmp").c_str());
-            }
+            remove_data(r); // a dead rank removes nothing itself
             fail(errc::peer_failed, "chorus::bootstrap: " + rank + " (process " + std::to_string(pid) +
                                         ") died before " + what);
         }
@@ -335,11 +342,7 @@ private:
             failed_ = true;
             remove_own();
             const std::string text = host_ + " " + std::to_string(getpid()) + "\n" + why;
-            const std::string name = marker_name(rank_), tmp = name + ".tmp";
-            const int fd = ::open(tmp.c_str(), O_CREAT | O_TRUNC | O_WRONLY | O_CLOEXEC, S_IRUSR | S_IWUSR);
-            const bool ok = fd >= 0 && write_all(fd, text.data(), text.size());
-            if (fd >= 0) ::close(fd);
-            if (!ok || ::rename(tmp.c_str(), name.c_str()) != 0) ::unlink(tmp.c_str());
+            (void)write_atomically(marker_name(rank_), text.data(), text.size(), nullptr, 0); // best effort
         }
         throw error(code, why);
     }
@@ -378,13 +381,18 @@ private:
         closedir(d);
     }
 
+    //! Rank r's files of this exchange and the one before (all it can
+    //! still have), written or half written.
+    void remove_data(int r) const noexcept {
+        for (std::uint64_t k = round_ > 1 ? round_ - 1 : 1; k <= round_; ++k) {
+            ::unlink(data_name(r, k).c_str());
+            ::unlink((data_name(r, k) + ".tmp").c_str());
+        }
+    }
     //! Every file this rank wrote that no reader removed, and those written
     //! for it that it did not get to read (after a failure).
     void remove_own() noexcept {
-        for (std::uint64_t k = round_ > 1 ? round_ - 1 : 1; k <= round_; ++k) {
-            ::unlink(data_name(rank_, k).c_str());
-            ::unlink((data_name(rank_, k) + ".tmp").c_str());
-        }
+        remove_data(rank_);
         for (int k = 1, step = 0; k < size_; k <<= 1, ++step) {
             if (step < byes_written_) ::unlink(bye_name(step, rank_, (rank_ + k) % size_).c_str());
             if (failed_) ::unlink(bye_name(step, (rank_ - k + size_) % size_, rank_).c_str());

@@ -221,8 +221,11 @@ inline void check_host_pointer(const char* fn, const char* name, const void* p) 
                                             "` points to GPU memory (device " + std::to_string(device) +
                                             "); a host communicator (threads, MPI) needs host or managed memory");
 }
-inline void check_host_pointer(collective coll, const char* name, const void* p) {
-    check_host_pointer(collective_name(coll), name, p);
+//! check_host_pointer for a collective's buffers (`buf` for a broadcast).
+inline void check_host_buffers(collective coll, const void* in, const void* out) {
+    const bool bcast = coll == collective::broadcast;
+    check_host_pointer(collective_name(coll), bcast ? "buf" : "in", in);
+    check_host_pointer(collective_name(coll), bcast ? "buf" : "out", out);
 }
 
 //! What a rank that found a peer's call differs from its own says.

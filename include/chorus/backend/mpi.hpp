@@ -154,7 +154,7 @@ private:
         mpi_check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
         mpi_check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
         MPI_Query_thread(&thread_level_);
-        agree_environment();
+        const std::size_t window = agree_environment();
 
         // Who shares memory with whom, and the node split hierarchical<> uses.
         detail::node_discovery found = detail::discover_nodes(comm_, rank_, size_);
@@ -163,7 +163,7 @@ private:
         node_topo_ = std::move(found.topo);
 
         // Every rank must use the same window size (pieces are planned from it).
-        long long w = static_cast<long long>(detail::default_window_bytes());
+        long long w = static_cast<long long>(window);
         mpi_check(MPI_Allreduce(MPI_IN_PLACE, &w, 1, MPI_LONG_LONG, MPI_MIN, comm_), "MPI_Allreduce");
         const int node = node_topo_.node_of[static_cast<std::size_t>(rank_)];
         MPI_Comm node_comm = MPI_COMM_NULL;
@@ -246,18 +246,17 @@ private:
     //! CHORUS_MODEL) before the first collective that needs it: a rank
     //! that rejects a value makes every rank throw here, instead of
     //! leaving the others inside an MPI collective it never joins.
-    void agree_environment() {
+    //! Returns this rank's window size (default_window_bytes).
+    std::size_t agree_environment() {
+        std::size_t window = 0;
         all_or_none("rejected its environment (its error names the variable)", [&] {
             (void)detail::default_checked();
             (void)detail::default_timeout();
-            (void)detail::default_window_bytes();
-            if (const char* spec = std::getenv("CHORUS_RANKS_PER_NODE"); spec != nullptr && spec[0] != '\0') {
-                int wsize = 1;
-                MPI_Comm_size(MPI_COMM_WORLD, &wsize);
-                (void)detail::emulated_nodes(spec, wsize);
-            }
+            window = detail::default_window_bytes();
+            (void)detail::emulated_node_of_process(std::getenv("CHORUS_RANKS_PER_NODE"));
             if (model::model_file_given()) (void)model::current();
         });
+        return window;
     }
     //! Runs `f` (a step of construction that may fail on some ranks only)
     //! and then makes every rank fail if one did: that rank with its own
@@ -338,8 +337,7 @@ public:
 
     //! Async calls run on the communicator's worker thread.
     void check_launch(collective coll, const void* in, const void* out, std::uint64_t, bool async) const {
-        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
-        detail::check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
+        detail::check_host_buffers(coll, in, out);
         if (async) need_threads(collective_name(coll), "collectives");
     }
     void check_p2p(const char* fn, const void* buf, bool async) const {
@@ -424,6 +422,11 @@ private:
                         std::string("chorus::") + fn + "_async: MPI was initialised without MPI_THREAD_MULTIPLE, but " +
                             "async " + what + " run on chorus's worker thread (use MPI_Init_thread(..., " +
                             "MPI_THREAD_MULTIPLE, ...))");
+    }
+    //! "rank R (process P) died": how every wait names a peer whose process is gone.
+    std::string died_text(int r) const {
+        return "rank " + std::to_string(r) + " (process " + std::to_string(pids_[static_cast<std::size_t>(r)]) +
+               ") died";
     }
     [[noreturn]] void fail_call(const std::string& head, errc code, const std::string& msg) {
         fail_reason("rank " + std::to_string(rank_) + ": " + head + ": " + msg, code, true);
@@ -527,9 +530,7 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
         const detail::status st = e.wait(&r, 1, -1, false);
         if (st == detail::status::ok) return;
         if (st == detail::status::peer_exited)
-            fail_call(head_name, errc::peer_failed,
-                      "rank " + std::to_string(e.bad_peer) + " (process " +
-                          std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) + ") died");
+            fail_call(head_name, errc::peer_failed, died_text(e.bad_peer));
         if (broken()) fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
         fail_call(head_name, errc::timeout,
                   "timed out after " + std::to_string(cs.timeout.count()) + " ms; some rank never entered it");
@@ -636,9 +637,7 @@ void mpi_transport::run_schedule(const call& c, std::uint64_t fp, const policy& 
                   detail::timed_out_waiting(cs.timeout.count(), detail::rank_text(bad)) + " (" + doing +
                       ", algorithm " + detail::policy_name(pol) + ")");
     if (st == detail::status::peer_exited && bad >= 0)
-        fail_call(head_name, errc::peer_failed,
-                  "rank " + std::to_string(bad) + " (process " + std::to_string(pids_[static_cast<std::size_t>(bad)]) +
-                      ") died during the collective (" + doing + ")");
+        fail_call(head_name, errc::peer_failed, died_text(bad) + " during the collective (" + doing + ")");
     if (st == detail::status::mismatch) fail_call(head_name, errc::mismatch, detail::mismatch_text(doing));
     const std::string why = reason();
     throw error(errc::aborted, std::string("chorus::") + head_name + ": communicator aborted" +
@@ -657,9 +656,7 @@ inline void mpi_transport::check_all(const detail::descriptor& mine, std::chrono
         const bool ab = broken();
         const errc code = st == detail::status::peer_exited ? errc::peer_failed : ab ? errc::aborted : errc::timeout;
         const std::string msg =
-            st == detail::status::peer_exited ? "rank " + std::to_string(e.bad_peer) + " (process " +
-                                                    std::to_string(pids_[static_cast<std::size_t>(e.bad_peer)]) +
-                                                    ") died before every rank entered it"
+            st == detail::status::peer_exited ? died_text(e.bad_peer) + " before every rank entered it"
             : ab ? "communicator aborted (" + reason() + ")"
                  : "checked mode: timed out waiting for every rank to enter it";
         fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + msg, code, true);

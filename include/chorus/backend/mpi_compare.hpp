@@ -16,6 +16,7 @@
 #include "../core/error.hpp"
 #include "host_common.hpp"
 #include "mpi_c.hpp"
+#include "mpi_node.hpp"
 #include "mpi_wait.hpp"
 
 namespace chorus::detail {
@@ -26,7 +27,7 @@ struct mpi_compare {
 
     void confirm_call(const call& c, std::uint64_t fp, const char* head_name,
                       std::chrono::steady_clock::time_point deadline) {
-        const std::uint64_t word = c.seq << 32 | (fp & 0xffffffffu);
+        const std::uint64_t word = node_call_word(c.seq, fp);
         self.node_area_.call(self.node_area_.local(), unsigned(c.seq & 1)).store(word, std::memory_order_release);
         auto differs = [&](int from) {
             self.fail_call(head_name, errc::mismatch, mismatch_text(different_call_text(from)));
@@ -78,9 +79,7 @@ struct mpi_compare {
 
     [[noreturn]] void confirm_failed(const call& c, const char* head_name, status st, int from) {
         if (st == status::peer_exited)
-            self.fail_call(head_name, errc::peer_failed,
-                           "rank " + std::to_string(from) + " (process " +
-                               std::to_string(self.pids_[static_cast<std::size_t>(from)]) + ") died");
+            self.fail_call(head_name, errc::peer_failed, self.died_text(from));
         if (self.broken())
             self.fail_call(head_name, errc::aborted, "the communicator was aborted (" + self.reason() + ")");
         self.fail_call(head_name, errc::timeout,

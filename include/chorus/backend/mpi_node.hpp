@@ -106,6 +106,11 @@ struct alignas(64) node_flag {
     //! operator may throw (mpi_transport::confirm_done).
     std::atomic<std::uint64_t> done{0};
 };
+//! What a rank stores in node_flag::call for call `seq` with fingerprint
+//! `fingerprint`: the sequence above, the fingerprint's low half below.
+constexpr std::uint64_t node_call_word(std::uint64_t seq, std::uint64_t fingerprint) noexcept {
+    return seq << 32 | (fingerprint & 0xffffffffu);
+}
 //! Per local rank, in the node segment.
 struct alignas(64) node_slot {
     std::atomic<std::int32_t> pid{0};
@@ -236,6 +241,21 @@ inline std::size_t default_window_bytes() {
     return (w + 4095) / 4096 * 4096;
 }
 
+//! This process's emulated node under CHORUS_RANKS_PER_NODE=`spec` (by
+//! its rank in MPI_COMM_WORLD), or -1 when `spec` is null or empty. A
+//! spec emulated_nodes() refuses throws.
+inline int emulated_node_of_process(const char* spec) {
+    if (spec == nullptr || spec[0] == '\0') return -1;
+    int wrank = 0, wsize = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
+    MPI_Comm_size(MPI_COMM_WORLD, &wsize);
+    const auto world_nodes = emulated_nodes(spec, wsize);
+    for (std::size_t k = 0; k < world_nodes.size(); ++k)
+        for (int r : world_nodes[k])
+            if (r == wrank) return static_cast<int>(k);
+    return -1;
+}
+
 //! Who shares a node with whom: every rank's real node (the smallest rank
 //! sharing its memory), its process id, and the node split hierarchical<>
 //! uses (the real one, or CHORUS_RANKS_PER_NODE's, which must not put
@@ -255,17 +275,8 @@ inline node_discovery discover_nodes(MPI_Comm comm, int rank, int size) {
     MPI_Comm_free(&shared);
     // Emulated nodes are a property of the process (its rank in
     // MPI_COMM_WORLD), so a split() communicator keeps them.
-    int emulated = -1;
     const char* spec = std::getenv("CHORUS_RANKS_PER_NODE");
-    if (spec != nullptr && spec[0] != '\0') {
-        int wrank = 0, wsize = 1;
-        MPI_Comm_rank(MPI_COMM_WORLD, &wrank);
-        MPI_Comm_size(MPI_COMM_WORLD, &wsize);
-        const auto world_nodes = emulated_nodes(spec, wsize);
-        for (std::size_t k = 0; k < world_nodes.size(); ++k)
-            for (int r : world_nodes[k])
-                if (r == wrank) emulated = static_cast<int>(k);
-    }
+    const int emulated = emulated_node_of_process(spec);
     int mine[3] = {leader, static_cast<int>(getpid()), emulated};
     std::vector<int> all(3 * static_cast<std::size_t>(size));
     mpi_check(MPI_Allgather(mine, 3, MPI_INT, all.data(), 3, MPI_INT, comm), "MPI_Allgather");

@@ -64,9 +64,7 @@ struct mpi_p2p {
                             std::string("chorus::") + fn + ": communicator aborted (" + self.reason() + ")");
             if (st == status::peer_exited)
                 self.fail_call(fn, errc::peer_failed,
-                               "rank " + std::to_string(peer) + " (process " +
-                                   std::to_string(self.pids_[static_cast<std::size_t>(peer)]) + ") died before " +
-                                   (is_send ? "receiving " : "sending ") + which);
+                               self.died_text(peer) + " before " + (is_send ? "receiving " : "sending ") + which);
             self.fail_call(fn, errc::timeout,
                            timed_out_waiting(cs.timeout.count(), rank_text(peer)) +
                                (is_send ? " to receive " : " to send ") + which);

@@ -221,13 +221,7 @@ public:
         if (const status st = flush(~std::uint64_t(0), C); st != status::ok) return st;
         for (std::size_t i = 0; i < send_reqs_.size(); ++i)
             if (send_reqs_[i] != MPI_REQUEST_NULL)
-                if (const status st = wait_on(&send_reqs_[i], 1, send_peer_[i],
-                                              [&] {
-                                                  return "waiting for rank " + std::to_string(send_peer_[i]) +
-                                                         " to receive this rank's data";
-                                              });
-                    st != status::ok)
-                    return st;
+                if (const status st = wait_send(i, " to receive this rank's data"); st != status::ok) return st;
         for (std::size_t i = 0; i < plan_.recvs.size(); ++i)
             if (const status st = receive(i); st != status::ok) return st;
         publish();
@@ -396,7 +390,7 @@ private:
         if (published_ || link_.area == nullptr) return;
         published_ = true;
         link_.area->call(link_.area->local(), unsigned(link_.seq & 1))
-            .store(link_.seq << 32 | (link_.fingerprint & 0xffffffffu), std::memory_order_release);
+            .store(node_call_word(link_.seq, link_.fingerprint), std::memory_order_release);
     }
     //! Whether local rank q's published call, if it is this call, is the
     //! same as ours (false: it differs). Remembered once it matched; a
@@ -439,6 +433,11 @@ private:
             if (differs) return mismatched(peer);
         }
         return st == status::ok ? st : failed(st, peer, what());
+    }
+    //! Waits for send i, "waiting for rank <its peer><until>" if it fails.
+    status wait_send(std::size_t i, const char* until) {
+        return wait_on(&send_reqs_[i], 1, send_peer_[i],
+                       [&] { return "waiting for rank " + std::to_string(send_peer_[i]) + until; });
     }
     //! Publishes this rank's progress to its node peers.
     void node_post(int channel, std::uint64_t units) {
@@ -515,12 +514,7 @@ private:
         const auto b = reinterpret_cast<std::uintptr_t>(p), e = reinterpret_cast<std::uintptr_t>(p + m);
         for (std::size_t i = 0; i < send_reqs_.size(); ++i) {
             if (send_reqs_[i] == MPI_REQUEST_NULL || send_end_[i] <= b || e <= send_begin_[i]) continue;
-            if (const status st = wait_on(&send_reqs_[i], 1, send_peer_[i],
-                                          [&] {
-                                              return "waiting for rank " + std::to_string(send_peer_[i]) +
-                                                     " to receive data before this rank overwrites it";
-                                          });
-                st != status::ok)
+            if (const status st = wait_send(i, " to receive data before this rank overwrites it"); st != status::ok)
                 return st;
         }
         return status::ok;

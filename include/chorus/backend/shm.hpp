@@ -39,6 +39,12 @@
 
 namespace chorus::detail {
 
+//! True while process `pid` exists (a killed peer is gone once reaped).
+inline bool process_alive(int pid) {
+    if (pid <= 0) return true; // unknown: assume alive
+    return kill(pid, 0) == 0 || errno != ESRCH;
+}
+
 //! One mapping of a named POSIX shared-memory segment.
 class shm_segment {
 public:
@@ -124,7 +130,7 @@ public:
                 continue;
             struct stat st{};
             if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || st.st_uid != me) continue;
-            if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink((std::string("/") + e->d_name).c_str());
+            if (!process_alive(pid)) shm_unlink((std::string("/") + e->d_name).c_str());
         }
         closedir(d);
     }
@@ -180,12 +186,6 @@ private:
     std::byte* base_ = nullptr;
     std::size_t bytes_ = 0;
 };
-
-//! True while process `pid` exists (a killed peer is gone once reaped).
-inline bool process_alive(int pid) {
-    if (pid <= 0) return true; // unknown: assume alive
-    return kill(pid, 0) == 0 || errno != ESRCH;
-}
 
 //! Polls `ready()` until it holds: spin for bp.spin, then yield for
 //! bp.yield, then sleep in growing slices (at most 1 ms, so a hand-off

@@ -276,8 +276,7 @@ public:
 
     //! Ranks that are host threads cannot read GPU memory.
     void check_launch(collective coll, const void* in, const void* out, std::uint64_t, bool) const {
-        check_host_pointer(coll, coll == collective::broadcast ? "buf" : "in", in);
-        check_host_pointer(coll, coll == collective::broadcast ? "buf" : "out", out);
+        check_host_buffers(coll, in, out);
     }
     void check_p2p(const char* fn, const void* buf, bool) const { check_host_pointer(fn, "buf", buf); }
 
