@@ -7,6 +7,7 @@
 // (tests/mpi/CMakeLists.txt).
 
 #include "mpi_test_util.hpp"
+#include "../scoped_env.hpp"
 
 #include <chorus/mpi.hpp>
 
@@ -27,25 +28,6 @@
 namespace {
 
 using comm_t = chorus::communicator<chorus::mpi>;
-
-// Sets (or, with nullptr, unsets) a variable for one scope.
-struct env_scope {
-    std::string name;
-    std::string old;
-    bool had = false;
-    env_scope(const char* n, const char* v) : name(n) {
-        if (const char* o = std::getenv(n)) {
-            had = true;
-            old = o;
-        }
-        if (v != nullptr) setenv(n, v, 1);
-        else unsetenv(n);
-    }
-    ~env_scope() {
-        if (had) setenv(name.c_str(), old.c_str(), 1);
-        else unsetenv(name.c_str());
-    }
-};
 
 // What constructing a communicator (and one AllReduce on it) gave.
 struct outcome {
@@ -93,7 +75,7 @@ TEST_CASE("misuse: a variable one rank rejects fails every rank at construction,
         CAPTURE(var);
         outcome o;
         {
-            env_scope bad(var, r == mpi_test::world().size() - 1 ? "2000xyz" : nullptr);
+            chorus_test::scoped_env bad(var, r == mpi_test::world().size() - 1 ? "2000xyz" : nullptr);
             o = construct();
         }
         INFO(o.what);
@@ -131,7 +113,7 @@ TEST_CASE("misuse: windows /dev/shm cannot hold are an error naming the sizes an
     }
     outcome o;
     {
-        env_scope big("CHORUS_SHM_BYTES", std::to_string(want).c_str());
+        chorus_test::scoped_env big("CHORUS_SHM_BYTES", std::to_string(want).c_str());
         o = construct();
     }
     INFO(o.what);
@@ -181,7 +163,7 @@ TEST_CASE("misuse: names a killed job left in /dev/shm are swept, a live process
 
 TEST_CASE("misuse: checked mode is agreed: one rank's CHORUS_CHECK=1 turns it on everywhere") {
     const int r = mpi_test::world().rank();
-    env_scope check("CHORUS_CHECK", r == 0 ? "1" : "0");
+    chorus_test::scoped_env check("CHORUS_CHECK", r == 0 ? "1" : "0");
     comm_t comm(MPI_COMM_WORLD);
     CHECK(comm.checked());
     std::vector<float> v(64, 1.0f);

@@ -6,6 +6,7 @@
 #include "test_util.hpp"
 #include "fault_util.hpp" // chorus_fault::sanitized
 #include "../misuse_ops.hpp"
+#include "../scoped_env.hpp"
 
 #include <algorithm>
 #include <array>
@@ -179,19 +180,19 @@ TEST_CASE("empty future: get() throws invalid_argument") {
 }
 
 TEST_CASE("CHORUS_TIMEOUT_MS sets the default timeout") {
-    const char* old = std::getenv("CHORUS_TIMEOUT_MS");
-    const std::string saved = old ? old : "";
-    ::setenv("CHORUS_TIMEOUT_MS", "1234", 1);
-    std::chrono::milliseconds t{};
-    chorus::run_threads(1, [&](comm_t& comm) { t = comm.timeout(); });
-    CHECK(t == 1234ms);
-    ::setenv("CHORUS_TIMEOUT_MS", "nonsense", 1); // rejected, not ignored
-    expect_invalid("CHORUS_TIMEOUT_MS=nonsense", [] { chorus::detail::default_timeout(); },
-                   {"CHORUS_TIMEOUT_MS", "'nonsense'"});
-    ::setenv("CHORUS_TIMEOUT_MS", "", 1); // empty: the built-in default
+    {
+        chorus_test::scoped_env e("CHORUS_TIMEOUT_MS", "1234");
+        std::chrono::milliseconds t{};
+        chorus::run_threads(1, [&](comm_t& comm) { t = comm.timeout(); });
+        CHECK(t == 1234ms);
+    }
+    {
+        chorus_test::scoped_env e("CHORUS_TIMEOUT_MS", "nonsense"); // rejected, not ignored
+        expect_invalid("CHORUS_TIMEOUT_MS=nonsense", [] { chorus::detail::default_timeout(); },
+                       {"CHORUS_TIMEOUT_MS", "'nonsense'"});
+    }
+    chorus_test::scoped_env e("CHORUS_TIMEOUT_MS", ""); // empty: the built-in default
     CHECK(chorus::detail::default_timeout() == std::chrono::minutes(5));
-    if (old) ::setenv("CHORUS_TIMEOUT_MS", saved.c_str(), 1);
-    else ::unsetenv("CHORUS_TIMEOUT_MS");
 }
 
 // --- a peer that throws ---------------------------------------------------------------
@@ -696,63 +697,37 @@ TEST_CASE("a call from a second thread while one is under way is refused, and th
 
 // --- strict configuration: environment variables, timeouts, the model file ------------
 
-namespace {
-
-//! Sets the environment variable `name` for the scope's lifetime, restoring
-//! its previous value (or unsetting it) afterwards.
-struct env_guard {
-    env_guard(const char* name, const char* value) : name_(name) {
-        const char* old = std::getenv(name);
-        had_ = old != nullptr;
-        if (had_) saved_ = old;
-        ::setenv(name, value, 1);
-    }
-    env_guard(const env_guard&) = delete;
-    env_guard& operator=(const env_guard&) = delete;
-    ~env_guard() {
-        if (had_) ::setenv(name_, saved_.c_str(), 1);
-        else ::unsetenv(name_);
-    }
-
-private:
-    const char* name_;
-    bool had_ = false;
-    std::string saved_;
-};
-
-} // namespace
-
 TEST_CASE("CHORUS_TIMEOUT_MS is parsed whole and range-checked") {
     for (const char* v : {"1e3", "2000xyz", "0", "-5", "+5", "99999999999999999", "1000000001", " ", "5 ms"}) {
-        env_guard g("CHORUS_TIMEOUT_MS", v);
+        chorus_test::scoped_env g("CHORUS_TIMEOUT_MS", v);
         expect_invalid(std::string("CHORUS_TIMEOUT_MS=") + v, [] { chorus::detail::default_timeout(); },
                        {"CHORUS_TIMEOUT_MS", (std::string("'") + v + "'").c_str(), "whole number of milliseconds",
                         "1000000000"});
     }
     {
-        env_guard g("CHORUS_TIMEOUT_MS", "2500");
+        chorus_test::scoped_env g("CHORUS_TIMEOUT_MS", "2500");
         CHECK(chorus::detail::default_timeout() == 2500ms);
         std::chrono::milliseconds t{};
         chorus::run_threads(1, [&](comm_t& comm) { t = comm.timeout(); });
         CHECK(t == 2500ms);
     }
     {
-        env_guard g("CHORUS_TIMEOUT_MS", " 1000000000\n"); // blanks around it are allowed; so is the cap
+        chorus_test::scoped_env g("CHORUS_TIMEOUT_MS", " 1000000000\n"); // blanks around it are allowed; so is the cap
         CHECK(chorus::detail::default_timeout() == chorus::max_timeout);
     }
 }
 
 TEST_CASE("CHORUS_CHECK accepts booleans only") {
     for (const char* v : {"false", "off", "no", "0", "OFF", "No", ""}) {
-        env_guard g("CHORUS_CHECK", v);
+        chorus_test::scoped_env g("CHORUS_CHECK", v);
         CHECK_MESSAGE(chorus::detail::default_checked() == false, "CHORUS_CHECK='" << std::string(v) << "'");
     }
     for (const char* v : {"true", "ON", "1", "yes", " True "}) {
-        env_guard g("CHORUS_CHECK", v);
+        chorus_test::scoped_env g("CHORUS_CHECK", v);
         CHECK_MESSAGE(chorus::detail::default_checked() == true, "CHORUS_CHECK='" << std::string(v) << "'");
     }
     for (const char* v : {"maybe", "2", "01", "truee"}) {
-        env_guard g("CHORUS_CHECK", v);
+        chorus_test::scoped_env g("CHORUS_CHECK", v);
         expect_invalid(std::string("CHORUS_CHECK=") + v, [] { chorus::detail::default_checked(); },
                        {"CHORUS_CHECK", (std::string("'") + v + "'").c_str(), "is not a boolean"});
     }
@@ -803,7 +778,7 @@ TEST_CASE("model files: directories, devices and oversized files are refused by 
 TEST_CASE("CHORUS_RANKS_PER_NODE is parsed whole and range-checked") {
     // Read when run_threads makes its ranks' shared state: a bad value fails the call before any rank runs.
     for (const char* v : {"2x", "abc", "0", "-2", "+2", "1e1", "65536", "2,2", "2 ranks", " "}) {
-        env_guard g("CHORUS_RANKS_PER_NODE", v);
+        chorus_test::scoped_env g("CHORUS_RANKS_PER_NODE", v);
         std::atomic<int> ran{0};
         expect_invalid(std::string("run_threads with CHORUS_RANKS_PER_NODE=") + v,
                        [&] { chorus::run_threads(2, [&](comm_t&) { ++ran; }); },
@@ -814,11 +789,11 @@ TEST_CASE("CHORUS_RANKS_PER_NODE is parsed whole and range-checked") {
                        [] { chorus::detail::env_ranks_per_node(); }, {"CHORUS_RANKS_PER_NODE"});
     }
     {
-        env_guard g("CHORUS_RANKS_PER_NODE", "");
+        chorus_test::scoped_env g("CHORUS_RANKS_PER_NODE", "");
         CHECK(chorus::detail::env_ranks_per_node() == 0); // empty: one node
     }
     for (const char* v : {"2", " 2\n"}) {
-        env_guard g("CHORUS_RANKS_PER_NODE", v);
+        chorus_test::scoped_env g("CHORUS_RANKS_PER_NODE", v);
         CHECK(chorus::detail::env_ranks_per_node() == 2);
         std::atomic<int> wrong{0};
         chorus::run_threads(4, [&](comm_t& comm) {

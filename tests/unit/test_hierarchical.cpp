@@ -15,6 +15,7 @@
 // schedule.
 
 #include "test_util.hpp"
+#include "../scoped_env.hpp"
 
 #include <cstdint>
 #include <cstdlib>
@@ -28,27 +29,6 @@ namespace {
 
 using namespace chorus_test;
 using comm_t = chorus::communicator<chorus::threads>;
-
-//! Sets an environment variable for the lifetime of the object, then
-//! restores the previous value (or unsets it).
-class scoped_env {
-public:
-    scoped_env(const char* name, const char* value) : name_(name) {
-        if (const char* old = std::getenv(name)) old_ = std::string(old);
-        if (value) ::setenv(name, value, 1);
-        else ::unsetenv(name);
-    }
-    ~scoped_env() {
-        if (old_) ::setenv(name_.c_str(), old_->c_str(), 1);
-        else ::unsetenv(name_.c_str());
-    }
-    scoped_env(const scoped_env&) = delete;
-    scoped_env& operator=(const scoped_env&) = delete;
-
-private:
-    std::string name_;
-    std::optional<std::string> old_;
-};
 
 //! Rank r's input element i: small integers (exact in float, sums exact).
 template <class T>
