@@ -109,7 +109,7 @@ struct auto_memo {
         return t.intra.latency_s * 1e6 + t.intra.bandwidth_Bps * 1e-9 + t.inter.latency_s * 3e6 +
                t.inter.bandwidth_Bps * 7e-9 + t.reduce_Bps * 1e-10 + t.local_Bps * 3e-10 + t.chunk_bytes +
                t.channels * 17.0 + t.ranks_per_node * 131.0 + t.correction_count * 1021.0 + t.one_shot_bytes +
-               (t.flat_inter ? 0.5 : 0.0);
+               t.small_bytes * 1.5e-3 + (t.flat_inter ? 0.5 : 0.0);
     }
     bool matches(const schedule_args& a, const model::topology* t, double f) const {
         return valid && t == topo && a.count * a.elem_bytes == bytes_key && a.nranks == nranks &&
@@ -150,6 +150,18 @@ struct automatic {
             m = detail::auto_memo{&t, figures, a.count * a.elem_bytes, a.scratch_limit_bytes, a.nranks,
                                   a.node_size, a.coll, a.commutative, a.in_place, true, pick(a, t)};
         return m.which;
+    }
+
+    //! Whether a call of policy `p` (automatic, or deterministic<>) runs
+    //! with its transport's small-message protocol instead of a schedule:
+    //! an AllReduce of at most the topology's small_bytes and of at most
+    //! `cap` bytes, the most the transport's protocol carries (0: it has
+    //! none). The protocol folds the inputs in rank order, as
+    //! deterministic<> requires. A policy the user names runs as named.
+    static bool small_message(const policy& p, const schedule_args& a, std::uint64_t cap) {
+        if (!(p.choose || p.deterministic) || a.coll != collective::all_reduce || a.nranks < 2) return false;
+        const std::uint64_t bytes = a.count * a.elem_bytes;
+        return a.elem_bytes <= 64 && bytes <= cap && double(bytes) <= detail::choice_topology(a).small_bytes;
     }
 
 private:

@@ -7,7 +7,9 @@
 //! latency path has no thread hand-off; on a busy stream it queues behind
 //! the pending work and waits, preserving issue order.
 
+#include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
@@ -28,27 +30,30 @@ public:
     ~host_stream() { shutdown(); }
 
     //! Runs fn in issue order and returns when it finished; rethrows its error.
+    //! On an idle stream (nothing queued or running: the common case of a
+    //! synchronous call) fn runs inline without taking the mutex: only the
+    //! issuing thread adds work (the communicator admits one at a time), so
+    //! nothing can be queued behind the caller's back while fn runs.
     template <class Fn>
     void run_sync(Fn&& fn) {
-        {
-            std::unique_lock<std::mutex> lk(m_);
-            if (busy_ || !queue_.empty()) {
-                lk.unlock();
-                enqueue(std::function<void()>(std::forward<Fn>(fn))).wait();
-                return;
-            }
-            busy_ = true;
+        if (pending_.load(std::memory_order_acquire) != 0) {
+            enqueue(std::function<void()>(std::forward<Fn>(fn))).wait();
+            return;
         }
         struct release {
             host_stream* s;
             ~release() {
-                {
+                // seq_cst store, then look for drainers: drain() counts
+                // itself in, then looks at inline_ (one sees the other).
+                s->inline_.store(false, std::memory_order_seq_cst);
+                if (s->drainers_.load(std::memory_order_seq_cst) != 0) {
                     std::lock_guard<std::mutex> lk(s->m_);
-                    s->busy_ = false;
+                    s->cv_.notify_all();
                 }
-                s->cv_.notify_all();
             }
-        } r{this};
+        };
+        inline_.store(true, std::memory_order_relaxed);
+        const release r{this};
         fn();
     }
 
@@ -73,6 +78,7 @@ public:
             std::lock_guard<std::mutex> lk(m_);
             if (!worker_.joinable()) start_worker();
             queue_.push_back({std::move(fn), state});
+            pending_.fetch_add(1, std::memory_order_relaxed);
         }
         cv_.notify_all();
         return future(state);
@@ -80,8 +86,12 @@ public:
 
     //! Blocks until everything issued so far has run.
     void drain() {
-        std::unique_lock<std::mutex> lk(m_);
-        cv_.wait(lk, [&] { return queue_.empty() && !busy_; });
+        drainers_.fetch_add(1, std::memory_order_seq_cst);
+        {
+            std::unique_lock<std::mutex> lk(m_);
+            cv_.wait(lk, [&] { return queue_.empty() && !busy_ && !inline_.load(std::memory_order_seq_cst); });
+        }
+        drainers_.fetch_sub(1, std::memory_order_relaxed);
     }
 
 private:
@@ -105,6 +115,9 @@ private:
             } catch (...) {
                 err = std::current_exception();
             }
+            // Counted out before the future completes: a caller that waited
+            // for it finds the stream idle.
+            pending_.fetch_sub(1, std::memory_order_release);
             it.state->complete(err);
             lk.lock();
             busy_ = false;
@@ -140,6 +153,9 @@ private:
     std::deque<item> queue_;
     bool busy_ = false;
     bool stop_ = false;
+    std::atomic<std::uint64_t> pending_{0}; //!< queued and running items (written under m_ or by the worker)
+    std::atomic<bool> inline_{false};       //!< a sync call runs inline on the issuing thread
+    std::atomic<int> drainers_{0};          //!< threads in drain()
     std::thread worker_;
 };
 

@@ -63,11 +63,17 @@ inline void futex_wake_all(std::atomic<std::uint32_t>& word) {
 #endif
 }
 
-//! Publishes a new flag value (release) and wakes blocked waiters, if any.
+//! Publishes a new flag value and wakes blocked waiters, if any. The
+//! store and the look at `waiters` are sequentially consistent (a waiter
+//! counts itself in, then looks at the value: one of the two sees the
+//! other); the epoch is bumped only when someone waits, so the common case
+//! is one store, with no locked read-modify-write on the line peers poll.
 inline void post_flag(host_flag& f, std::uint64_t v) {
     f.value.store(v, std::memory_order_seq_cst);
-    f.epoch.fetch_add(1, std::memory_order_seq_cst);
-    if (f.waiters.load(std::memory_order_seq_cst) != 0) futex_wake_all(f.epoch);
+    if (f.waiters.load(std::memory_order_seq_cst) != 0) {
+        f.epoch.fetch_add(1, std::memory_order_seq_cst);
+        futex_wake_all(f.epoch);
+    }
 }
 
 //! Wakes everyone blocked on the flag without changing its value (abort).

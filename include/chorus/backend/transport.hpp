@@ -55,6 +55,10 @@
 //! access; MPI: a node peer's scratch in its window) or out of a received
 //! message where it is not (MPI: everything else), the connection NCCL's
 //! transports (p2p, shm, net) choose per pair of ranks.
+//! A small-message protocol is optional: small_message_bytes() > 0 (the
+//! most data it carries) makes the communicator mark small AllReduce calls
+//! of `automatic` (automatic::small_message) and every barrier as
+//! call::small, which the transport's run() runs without a schedule.
 //! Point-to-point is optional: transfer<T>(is_send, buf, count, peer, msg,
 //! settings) and check_p2p(fn, async) give the communicator send/recv.
 
@@ -171,6 +175,10 @@ struct call {
     std::uint64_t counts_id = 0;
     call_types types{};  //!< the element type and operator
     schedule_args args{}; //!< this rank's schedule_args (args.counts points into `counts`)
+    //! Run with the transport's small-message protocol, not a schedule:
+    //! `automatic`'s pick for a small AllReduce, and every barrier, on a
+    //! transport that has one (small_message_bytes() > 0).
+    bool small = false;
 };
 
 //! The contract above, for the part that does not depend on the element

@@ -284,6 +284,7 @@ private:
             // AllReduce of nothing, where a transport runs it as a schedule.
             c.planned = policy::fixed(algorithm::direct);
             a = schedule_args{collective::all_reduce, rank(), size(), 0, 0, 1, false, 0};
+            c.small = small_bytes() > 0;
             return c;
         }
         if (is_exchange(coll)) {
@@ -301,7 +302,14 @@ private:
         }
         a.in_place = in_place_call<T>(coll, in, out, rank(), count);
         c.planned = pol;
+        c.small = automatic::small_message(pol, a, small_bytes());
         return c;
+    }
+
+    //! The most data the transport's small-message protocol carries (0: none).
+    std::uint64_t small_bytes() const noexcept {
+        if constexpr (requires { t_.small_message_bytes(); }) return t_.small_message_bytes();
+        else return 0;
     }
 
     //! One call on a host-ordered transport, in issue order (the transport

@@ -34,6 +34,19 @@ struct call_signature {
     CHORUS_HD constexpr int channels() const { return static_cast<int>((shape >> 8) & 0xffffff); }
     CHORUS_HD constexpr int root() const { return static_cast<int>(static_cast<std::uint32_t>(shape >> 32)); }
 
+    //! A 64-bit digest of every word but the sequence number (never 0):
+    //! what a small-message protocol compares instead of the whole
+    //! signature (two different calls agree on it with probability 2^-63).
+    CHORUS_HD constexpr std::uint64_t hash() const {
+        const std::uint64_t w[7] = {count, elem_bytes, shape, type_id, op_id, algo_id, counts_id};
+        std::uint64_t h = 0x9E3779B97F4A7C15ull;
+        for (std::uint64_t x : w) {
+            h = (h ^ x) * 0xFF51AFD7ED558CCDull;
+            h ^= h >> 32;
+        }
+        return h | 1;
+    }
+
     CHORUS_HD constexpr bool same_call(const call_signature& o) const {
         return seq == o.seq && count == o.count && elem_bytes == o.elem_bytes && shape == o.shape &&
                type_id == o.type_id && op_id == o.op_id && algo_id == o.algo_id && counts_id == o.counts_id;

@@ -131,6 +131,12 @@ struct topology {
     //! (direct's terms) when the input is at most this many bytes
     //! (staged_schedule::one_shot_bytes); 0: never.
     double one_shot_bytes = 0;
+    //! `automatic` (and deterministic<>) runs AllReduce calls of at most
+    //! this many bytes with the transport's small-message protocol, where
+    //! it has one (threads: one hand-off of a few cache lines per rank,
+    //! backend/threads.hpp); 0: never. The default is the crossover
+    //! measured against direct<> on the threads backend (docs/performance.md).
+    double small_bytes = 2048;
     int correction_count = 0;             //!< entries of `corrections` in use
     correction corrections[max_corrections]{};
 

@@ -137,6 +137,7 @@ inline std::string to_text(const topology& t) {
     s += "local_Bps = " + format_number(t.local_Bps) + "\n";
     s += std::string("flat_inter = ") + (t.flat_inter ? "1" : "0") + "\n";
     s += "one_shot_bytes = " + format_number(t.one_shot_bytes) + "\n";
+    s += "small_bytes = " + format_number(t.small_bytes) + "\n";
     if (t.correction_count > 0) {
         s += "# corrections: measured / predicted at 8 B * 4^i, i = 0.." + std::to_string(correction_points - 1) +
              " (correction.<collective>.<algorithm>.n<ranks>)\n";
@@ -156,10 +157,11 @@ inline std::string to_text(const topology& t) {
 //! without '=', a value that is not a number or out of range.
 inline topology parse(std::string_view text, const std::string& source) {
     topology t = default_topology();
-    enum key_id { k_rpn, k_ilat, k_ibw, k_xlat, k_xbw, k_red, k_ch, k_chunk, k_local, k_flat, k_oneshot, k_count };
+    enum key_id { k_rpn, k_ilat, k_ibw, k_xlat, k_xbw, k_red, k_ch, k_chunk, k_local, k_flat, k_oneshot, k_small, k_count };
     static constexpr std::string_view names[k_count] = {
         "ranks_per_node", "intra.latency_s", "intra.bandwidth_Bps", "inter.latency_s",
-        "inter.bandwidth_Bps", "reduce_Bps", "channels", "chunk_bytes", "local_Bps", "flat_inter", "one_shot_bytes"};
+        "inter.bandwidth_Bps", "reduce_Bps", "channels", "chunk_bytes", "local_Bps", "flat_inter", "one_shot_bytes",
+        "small_bytes"};
     int seen_at[k_count] = {};
     int line_no = 0;
     while (!text.empty()) {
@@ -197,7 +199,7 @@ inline topology parse(std::string_view text, const std::string& source) {
             detail::model_error(source, line_no, key, "expected a number, got '" + std::string(val) + "'");
         const bool is_int = id == k_rpn || id == k_ch || id == k_flat;
         const bool latency = id == k_ilat || id == k_xlat;
-        const bool zero_ok = latency || id == k_rpn || id == k_local || id == k_flat || id == k_oneshot;
+        const bool zero_ok = latency || id == k_rpn || id == k_local || id == k_flat || id == k_oneshot || id == k_small;
         if (!(v == v) || v > 1e300 || v < 0 || (!zero_ok && v == 0))
             detail::model_error(source, line_no, key,
                                 std::string(zero_ok ? "expected a number >= 0" : "expected a number > 0") +
@@ -216,6 +218,7 @@ inline topology parse(std::string_view text, const std::string& source) {
         case k_chunk: t.chunk_bytes = v; break;
         case k_local: t.local_Bps = v; break;
         case k_oneshot: t.one_shot_bytes = v; break;
+        case k_small: t.small_bytes = v; break;
         case k_flat:
             if (v > 1) detail::model_error(source, line_no, key, "expected 0 or 1, got '" + std::string(val) + "'");
             t.flat_inter = v == 1;
