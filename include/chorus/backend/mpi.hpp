@@ -23,6 +23,13 @@
 //! (mpi_node.hpp). Everything else a rank reads of another rank (its
 //! private in, out, or scratch on another node) travels as a message.
 //!
+//! Zero-copy: on a communicator whose ranks all share one node, a call
+//! whose ranks all pass buffers from mpi::api::alloc (mpi_alloc.hpp) runs
+//! its schedule over the ranks' own buffers, peers' in/out mapped by name
+//! and read or written directly, as the threads transport does
+//! (offer_zero_copy, zero_copy_agreed, run_zero_copy below); any other
+//! call takes the paths above and below.
+//!
 //! The message protocol (details in mpi_schedule.hpp): every
 //! rank computes every rank's schedule, out of place (what a rank reads
 //! from others does not depend on its own in_place). A step of rank r
