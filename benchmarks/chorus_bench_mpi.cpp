@@ -57,11 +57,42 @@ using chorus_cli::usage_error;
 //! with the same buffers (MPI_Allreduce, MPI_Allgather, MPI_Reduce_scatter_block).
 constexpr coll_kind mpi_colls[] = {coll_kind::all_reduce, coll_kind::all_gather, coll_kind::reduce_scatter};
 
-struct bufs {
-    std::vector<float> in, out;
-};
-
 using comm_type = chorus::communicator<chorus::mpi>;
+
+//! One rank's buffers: plain memory, or (`shm` set: --alloc) buffers from
+//! comm.alloc, which run zero-copy where every rank shares one node.
+struct bufs {
+    comm_type* shm = nullptr;
+    std::span<float> in, out;
+    std::vector<float> in_v, out_v;
+
+    bufs() = default;
+    explicit bufs(comm_type* c) : shm(c) {}
+    bufs(const bufs&) = delete;
+    bufs& operator=(const bufs&) = delete;
+    ~bufs() {
+        if (shm == nullptr) return;
+        if (!in.empty()) shm->free(in);
+        if (!out.empty()) shm->free(out);
+    }
+    void size(std::size_t in_n, std::size_t out_n) {
+        if (shm == nullptr) {
+            in_v.resize(in_n);
+            out_v.resize(out_n);
+            in = in_v;
+            out = out_v;
+            return;
+        }
+        if (in.size() != in_n) {
+            if (!in.empty()) shm->free(in);
+            in = shm->alloc<float>(in_n);
+        }
+        if (out.size() != out_n) {
+            if (!out.empty()) shm->free(out);
+            out = shm->alloc<float>(out_n);
+        }
+    }
+};
 
 //! The policies --algo knows (chorus_cli::parse_policies): chorus::policy_names
 //! but deterministic, in that order for --algo all, each with its default
@@ -100,6 +131,7 @@ struct options : chorus_cli::sweep_options {
     }
     std::vector<std::string> algos{"hierarchical", "ring"};
     bool keep_malloc = false;
+    bool alloc = false;
 };
 
 //! What chorus_bench_mpi sweeps: -b -e -f -n -w --reps, and --collectives of mpi_colls.
@@ -116,6 +148,8 @@ std::span<const chorus_cli::option> option_table() {
     static const std::vector<chorus_cli::option> table = sweep_table.then({
         {"algo", 0, "LIST", algo_help},
         {"keep-malloc", 0, {}, "leave glibc's malloc as it is (default: no mmap, no trim)"},
+        {"alloc", 0, {}, "also time every policy on buffers from comm.alloc (rows NAME+alloc: zero-copy where every "
+                         "rank shares one node); MPI keeps its plain buffers"},
         {"help", 'h', {}, "this text"},
     });
     return table;
@@ -140,6 +174,7 @@ options parse(const chorus_cli::parsed_line& line) {
         if (sweep_table.read(g, o)) continue;
         if (g.is("algo")) o.algos = chorus_cli::parse_policies(g.value, g.flag, known_algo);
         else if (g.is("keep-malloc")) o.keep_malloc = true;
+        else if (g.is("alloc")) o.alloc = true;
         else chorus_cli::unhandled(g);
     }
     if (o.min_bytes < 4) throw usage_error{"--minbytes must be at least 4 (one float)"};
@@ -182,8 +217,8 @@ double time_calls(MPI_Comm comm, int warmup, int iters, int reps, F&& call) {
 void prepare(coll_kind coll, std::size_t count, int n, int r, bufs& b) {
     const std::size_t in_n = coll == coll_kind::reduce_scatter ? count * std::size_t(n) : count;
     const std::size_t out_n = coll == coll_kind::all_gather ? count * std::size_t(n) : count;
-    b.in.resize(in_n);
-    b.out.assign(out_n, -1.0f);
+    b.size(in_n, out_n);
+    std::fill(b.out.begin(), b.out.end(), -1.0f);
     for (std::size_t i = 0; i < in_n; ++i) b.in[i] = value(i, r);
 }
 
@@ -375,14 +410,18 @@ int main(int argc, char** argv) {
                         "time(us)", "algbw", "busbw", "#wrong", "mpi(us)", "mpi_bus", "#wrong", "ratio");
         }
         bufs b;
+        bufs shm(&comm); // --alloc
         for (const coll_kind coll : o.colls) {
             const char* cname = coll_name(coll);
             for (const std::size_t bytes : chorus_cli::sweep_sizes(o)) {
                 const std::size_t count = bytes / sizeof(float);
                 const timing m = measure(comm, o, coll, count, b, [&] { mpi_call(mpi_comm, coll, b); });
-                for (const auto& algo : o.algos) {
-                    const chorus::policy pol = policy_named(algo);
-                    const timing t = measure(comm, o, coll, count, b, [&] { chorus_call(comm, pol, coll, b); });
+                for (std::size_t row = 0; row < o.algos.size() * (o.alloc ? 2 : 1); ++row) {
+                    const bool on_shm = o.alloc && row % 2 == 1;
+                    const std::string algo = o.algos[o.alloc ? row / 2 : row] + (on_shm ? "+alloc" : "");
+                    const chorus::policy pol = policy_named(o.algos[o.alloc ? row / 2 : row]);
+                    bufs& x = on_shm ? shm : b;
+                    const timing t = measure(comm, o, coll, count, x, [&] { chorus_call(comm, pol, coll, x); });
                     total_wrong += t.wrong + m.wrong;
                     if (rank == 0) {
                         const double algbw = double(count * sizeof(float)) / t.us / 1e3;

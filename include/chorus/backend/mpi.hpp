@@ -23,6 +23,13 @@
 //! (mpi_node.hpp). Everything else a rank reads of another rank (its
 //! private in, out, or scratch on another node) travels as a message.
 //!
+//! Zero-copy: on a communicator whose ranks all share one node, a call
+//! whose ranks all pass buffers from mpi::api::alloc (mpi_alloc.hpp) runs
+//! its schedule over the ranks' own buffers, peers' in/out mapped by name
+//! and read or written directly, as the threads transport does
+//! (offer_zero_copy, zero_copy_agreed, run_zero_copy below); any other
+//! call takes the paths above and below.
+//!
 //! The message protocol (details in mpi_schedule.hpp): every
 //! rank computes every rank's schedule, out of place (what a rank reads
 //! from others does not depend on its own in_place). A step of rank r
@@ -57,6 +64,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -79,6 +87,7 @@
 #include "../plan/partition.hpp"
 #include "host_common.hpp"
 #include "host_wait.hpp"
+#include "mpi_alloc.hpp"
 #include "mpi_c.hpp"
 #include "mpi_compare.hpp"
 #include "mpi_node.hpp"
@@ -224,6 +233,15 @@ private:
                             "the same contents, on every rank)");
             }
         }
+        // Zero-copy calls (run()): a communicator whose ranks all share the
+        // node segment; they plan as ranks of one host do (the CHORUS_MODEL
+        // file, else model::default_topology(), no node split).
+        zc_node_ = size_ >= 2 && node_topo_.count() == 1;
+        zc_topo_ = model::model_file_given() ? topo_ : model::default_topology();
+        zc_in_.assign(static_cast<std::size_t>(size_), nullptr);
+        zc_out_.assign(static_cast<std::size_t>(size_), nullptr);
+        zc_maps_.resize(static_cast<std::size_t>(size_));
+        zc_frees_.assign(static_cast<std::size_t>(size_), 0);
         // Communicators of their own for the schedule executor's messages,
         // for the comparisons of calls and for send/recv, so none can match
         // another's or checked mode's.
@@ -309,6 +327,11 @@ public:
 
     int node_size() const noexcept { return sched_node_size_; }
     std::uint64_t scratch_limit_bytes() const noexcept { return 0; }
+    //! Whether calls whose buffers every rank took from alloc run
+    //! zero-copy here (every rank of the communicator on one node, at
+    //! least two ranks), and how many collectives did so far.
+    bool zero_copy_possible() const noexcept { return zc_node_; }
+    std::uint64_t zero_copy_calls() const noexcept { return zc_calls_.load(std::memory_order_relaxed); }
     //! Each rank's window in its node's shared memory, where a schedule's
     //! scratch goes when it fits: hierarchical<> stages through it
     //! (algo/staged.hpp). 0 without a regular split into nodes of several
@@ -416,6 +439,17 @@ private:
     template <class T, class Op, class Schedules>
     void run_schedule(const call& c, std::uint64_t fp, const policy& pol, const T* in, T* out, const Op& op, Schedules& s,
                       std::chrono::steady_clock::time_point deadline);
+    template <class T, class Op, class Schedules>
+    void run_zero_copy(const call& c, std::uint64_t fp, const policy& pol, const T* in, T* out, const Op& op,
+                       Schedules& s, std::chrono::steady_clock::time_point deadline);
+    template <class T, class Schedules>
+    bool offer_zero_copy(const call& c, std::uint64_t fp, Schedules& s, call& zc);
+    bool zero_copy_agreed(const call& c, std::uint64_t fp, std::chrono::steady_clock::time_point deadline);
+    std::byte* map_peer_buffer(int q, const std::atomic<std::uint64_t> (&loc)[3], const char* head_name);
+    //! What a failed run of the executor reports (st != ok): the
+    //! communicator breaks and the call throws.
+    [[noreturn]] void schedule_failed(detail::status st, int bad, const std::string& doing, const char* head_name,
+                                      const call_settings& cs, const policy& pol);
     void need_threads(const char* fn, const char* what) const {
         if (thread_level_ < MPI_THREAD_MULTIPLE)
             throw error(errc::invalid_argument,
@@ -449,6 +483,17 @@ private:
     detail::window_debt debt_[2];    //!< per window half: its last call's deferred final wait
     std::vector<std::uint64_t> seen_; //!< per (local rank, channel): the largest flag value seen
     std::vector<std::uint64_t> verified_; //!< per local rank: the last call whose fingerprint matched ours
+    // The zero-copy path (offer_zero_copy, zero_copy_agreed, run_zero_copy).
+    bool zc_node_ = false;        //!< every rank in node_area_, at least two
+    model::topology zc_topo_{};   //!< what zero-copy calls plan against
+    std::vector<std::byte*> zc_in_, zc_out_; //!< per rank: its in and out in this call, as mapped here
+    struct zc_mapping {
+        std::uint64_t token = 0;
+        detail::shm_segment seg;
+    };
+    std::vector<std::vector<zc_mapping>> zc_maps_; //!< per rank: its buffers this process maps
+    std::vector<std::uint64_t> zc_frees_;          //!< per rank: its frees when zc_maps_ was last pruned
+    std::atomic<std::uint64_t> zc_calls_{0};       //!< collectives run zero-copy
     //! The base added to a call's planned tags: the low bits stay the
     //! plan's (`tags` of them at least), the bits above carry part of the
     //! call's fingerprint (0 where MPI_TAG_UB leaves fewer than 8 bits).
@@ -492,6 +537,7 @@ private:
     int sched_node_size_ = 0;             //!< schedule_args::node_size (0: no regular node split)
     model::topology topo_{};              //!< schedule_args::topo: what automatic plans against
     detail::sched_plan plan_;
+    detail::sched_plan zc_plan_; //!< empty: a zero-copy call plans no message
     //! What plan_ was built for (every rank's schedule out of place), so a
     //! repeated call (the same buckets every step) skips walking n
     //! schedules; the exchange collectives are planned every time (their
@@ -517,6 +563,10 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
     const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
     const char* head_name = collective_name(coll);
     if (broken()) fail_call(head_name, errc::aborted, "the communicator is broken (" + reason() + ")");
+    const std::uint64_t fp = detail::call_fingerprint(c);
+    // One node: every call says whether this rank could run it zero-copy.
+    call zc{};
+    const bool zc_offered = zc_node_ && offer_zero_copy<T>(c, fp, s, zc);
 
     if (cs.checked) {
         detail::descriptor mine{};
@@ -537,10 +587,14 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
     }
 
     // Every policy runs the exchange collectives' schedule, tuned by the policy.
-    const policy chosen = s.chosen(); // automatic as its pick
-    const std::uint64_t fp = detail::call_fingerprint(c);
     if (!is_exchange(coll) && c.count == 0) return confirm_call(c, fp, head_name, deadline);
-    run_schedule<T>(c, fp, chosen, in, out, op, s, deadline);
+    if (zc_offered && zero_copy_agreed(c, fp, deadline)) {
+        auto zs = s.with(zc);
+        run_zero_copy<T>(zc, fp, zs.chosen(), in, out, op, zs, deadline);
+        zc_calls_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+        run_schedule<T>(c, fp, s.chosen(), in, out, op, s, deadline); // chosen(): automatic as its pick
+    }
     // After the data (it cannot reach a rank that made another call: the
     // tags and the published calls differ), before returning success.
     if (coll == collective::broadcast || coll == collective::reduce) confirm_call(c, fp, head_name, deadline);
@@ -632,6 +686,171 @@ void mpi_transport::run_schedule(const call& c, std::uint64_t fp, const policy& 
     }
     if (st == detail::status::ok) return;
     if (bad < 0) bad = e.bad_peer;
+    schedule_failed(st, bad, doing, head_name, cs, pol);
+}
+
+//! Publishes, for call `c`, whether this rank can run it zero-copy:
+//! a collective that moves data (AllReduce, AllGather, ReduceScatter,
+//! Broadcast, Reduce; count > 0) whose `in` and `out` (each null, or all
+//! of its extent) lie in buffers of this process from alloc, with the
+//! zero-copy schedule's scratch within this call's window half. Every
+//! call on a one-node communicator publishes (node_buffers), so that a
+//! peer deciding zero_copy_agreed() never waits for a call that does not
+//! answer. Returns the answer; `zc` is then the call as it runs
+//! zero-copy (planned as ranks of one host: no node split, no window).
+template <class T, class Schedules>
+bool mpi_transport::offer_zero_copy(const call& c, std::uint64_t fp, Schedules& s, call& zc) {
+    detail::node_buffers& b = node_area_.buffers(node_area_.local(), unsigned(c.seq & 1));
+    detail::shm_buffers& reg = detail::shm_buffers::process();
+    detail::shm_buffers::location li{}, lo{};
+    bool capable = false;
+    const collective k = c.coll;
+    if (c.count != 0 && (k == collective::all_reduce || k == collective::all_gather ||
+                         k == collective::reduce_scatter || k == collective::broadcast || k == collective::reduce)) {
+        const std::uint64_t n = static_cast<std::uint64_t>(size_);
+        const std::uint64_t in_bytes = (k == collective::reduce_scatter ? c.count * n : c.count) * sizeof(T);
+        const std::uint64_t out_bytes = (k == collective::all_gather ? c.count * n : c.count) * sizeof(T);
+        if ((c.in == nullptr || reg.find(c.in, in_bytes, li)) && (c.out == nullptr || reg.find(c.out, out_bytes, lo))) {
+            zc = c;
+            zc.args.node_size = 0;
+            zc.args.node_window_bytes = 0;
+            zc.args.topo = &zc_topo_;
+            capable = s.with(zc).mine().scratch_elems() * sizeof(T) <= half_window();
+        }
+    }
+    constexpr auto relaxed = std::memory_order_relaxed;
+    b.fingerprint.store(fp, relaxed);
+    b.capable.store(capable ? 1 : 0, relaxed);
+    b.frees.store(reg.frees(), relaxed);
+    b.in[0].store(capable ? li.token : 0, relaxed);
+    b.in[1].store(li.offset, relaxed);
+    b.in[2].store(li.seg_bytes, relaxed);
+    b.out[0].store(capable ? lo.token : 0, relaxed);
+    b.out[1].store(lo.offset, relaxed);
+    b.out[2].store(lo.seg_bytes, relaxed);
+    b.seq.store(c.seq, std::memory_order_release);
+    return capable;
+}
+
+//! Whether every rank runs call `c` zero-copy: this rank offered it; waits
+//! (bounded: deadline, abort, a dead peer) for every peer's offer of the
+//! same call, and agrees when every one is capable with the same
+//! fingerprint. Every rank sees the same offers, so every rank decides
+//! alike (one that offered nothing takes the staged path at once; the
+//! others see it). A peer cannot publish its offer of the call after
+//! next over this one before this rank has decided: every collective it
+//! finishes needs this rank's part, which comes after the decision. On
+//! agreement the peers' buffers are mapped (once per buffer; mappings of
+//! buffers a peer freed since are dropped here).
+inline bool mpi_transport::zero_copy_agreed(const call& c, std::uint64_t fp,
+                                            std::chrono::steady_clock::time_point deadline) {
+    const unsigned parity = unsigned(c.seq & 1);
+    const char* head_name = collective_name(c.coll);
+    detail::mpi_waiter<mpi_transport> e{*this, deadline};
+    for (int q = 0; q < size_; ++q) { // one node: local rank q is rank q
+        if (q == rank_) continue;
+        const detail::node_buffers& b = node_area_.buffers(q, parity);
+        const detail::status st = e.poll([&] { return b.seq.load(std::memory_order_acquire) >= c.seq; }, q);
+        if (st == detail::status::timeout)
+            fail_call(head_name, errc::timeout,
+                      detail::timed_out_waiting(c.settings.timeout.count(), detail::rank_text(q)) +
+                          " (to enter this call: rank " + std::to_string(q) + " never issued it)");
+        if (st == detail::status::peer_exited)
+            fail_call(head_name, errc::peer_failed, died_text(q) + " before entering the collective");
+        if (st != detail::status::ok)
+            fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
+        if (b.seq.load(std::memory_order_acquire) != c.seq || b.capable.load(std::memory_order_relaxed) == 0 ||
+            b.fingerprint.load(std::memory_order_relaxed) != fp)
+            return false;
+    }
+    for (int q = 0; q < size_; ++q) {
+        if (q == rank_) continue;
+        const detail::node_buffers& b = node_area_.buffers(q, parity);
+        const std::size_t i = static_cast<std::size_t>(q);
+        const std::uint64_t frees = b.frees.load(std::memory_order_relaxed);
+        if (frees != zc_frees_[i]) {
+            // The peer freed buffers since: keep only what this call uses.
+            const std::uint64_t keep_in = b.in[0].load(std::memory_order_relaxed);
+            const std::uint64_t keep_out = b.out[0].load(std::memory_order_relaxed);
+            std::erase_if(zc_maps_[i], [&](const zc_mapping& m) { return m.token != keep_in && m.token != keep_out; });
+            zc_frees_[i] = frees;
+        }
+        zc_in_[i] = map_peer_buffer(q, b.in, head_name);
+        zc_out_[i] = map_peer_buffer(q, b.out, head_name);
+    }
+    return true;
+}
+
+//! Rank q's buffer (token, byte offset, mapped bytes) as mapped in this
+//! process (null for token 0); mapped by name at first use, kept.
+inline std::byte* mpi_transport::map_peer_buffer(int q, const std::atomic<std::uint64_t> (&loc)[3],
+                                                 const char* head_name) {
+    const std::uint64_t token = loc[0].load(std::memory_order_relaxed);
+    const std::uint64_t offset = loc[1].load(std::memory_order_relaxed);
+    const std::uint64_t bytes = loc[2].load(std::memory_order_relaxed);
+    if (token == 0) return nullptr;
+    std::vector<zc_mapping>& maps = zc_maps_[static_cast<std::size_t>(q)];
+    zc_mapping* m = nullptr;
+    for (zc_mapping& x : maps)
+        if (x.token == token) m = &x;
+    if (m == nullptr) {
+        try {
+            maps.push_back({token, detail::shm_segment::open(
+                                       detail::shm_buffers::name_of(pids_[static_cast<std::size_t>(q)], token),
+                                       static_cast<std::size_t>(bytes), true)});
+        } catch (const error& err) {
+            fail_call(head_name, errc::internal,
+                      "could not map rank " + std::to_string(q) + "'s buffer from alloc: " + err.what());
+        }
+        m = &maps.back();
+    }
+    if (offset >= m->seg.bytes())
+        fail_call(head_name, errc::internal,
+                  "rank " + std::to_string(q) + " published an offset past its buffer from alloc");
+    return m->seg.data() + offset;
+}
+
+//! A collective zero-copy: the schedule of `s` (planned as ranks of one
+//! host) on the schedule executor's direct path (run_zero_copy in
+//! mpi_schedule.hpp): peers' in, out and scratch read and written in
+//! place, node flags between steps, nothing staged, no message.
+template <class T, class Op, class Schedules>
+void mpi_transport::run_zero_copy(const call& c, std::uint64_t fp, const policy& pol, const T* in, T* out, const Op& op,
+                                  Schedules& s, std::chrono::steady_clock::time_point deadline) {
+    const char* head_name = collective_name(c.coll);
+    const auto& sch = s.mine();
+    T* scratch = sch.scratch_elems() == 0
+                     ? nullptr
+                     : reinterpret_cast<T*>(node_area_.window(node_area_.local()) + (c.seq & 1) * half_window());
+    detail::mpi_waiter<mpi_transport> e{*this, deadline};
+    detail::status st = detail::status::ok;
+    int bad = -1;
+    std::string doing;
+    try {
+        const bool streaming = c.count * sizeof(T) >= (std::uint64_t(4) << 20);
+        detail::node_link link{&node_area_, &area_local_, c.seq, half_window(), scratch != nullptr, streaming, debt_,
+                               seen_.data(), fp, verified_.data(), zc_in_.data(), zc_out_.data()};
+        detail::sched_executor<T, Op, detail::mpi_waiter<mpi_transport>> x(
+            zc_plan_, sched_ws_, e, sched_comm_, op, rank_, size_, in, out, scratch, nullptr, link, 0);
+        st = x.run_zero_copy(sch);
+        bad = x.bad_peer;
+        doing = x.doing;
+    } catch (const error& err) {
+        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + err.what(), err.code(), true);
+        throw;
+    } catch (...) {
+        fail_reason("rank " + std::to_string(rank_) + " failed in " + head_name + ": " +
+                        detail::exception_text(std::current_exception()),
+                    errc::peer_failed, true);
+        throw;
+    }
+    if (st == detail::status::ok) return;
+    if (bad < 0) bad = e.bad_peer;
+    schedule_failed(st, bad, doing, head_name, c.settings, pol);
+}
+
+inline void mpi_transport::schedule_failed(detail::status st, int bad, const std::string& doing, const char* head_name,
+                                           const call_settings& cs, const policy& pol) {
     if (st == detail::status::timeout)
         fail_call(head_name, errc::timeout,
                   detail::timed_out_waiting(cs.timeout.count(), detail::rank_text(bad)) + " (" + doing +
@@ -695,6 +914,44 @@ public:
     //! split into nodes of consecutive ranks).
     const model::topology& topology() const noexcept { return t().topology(); }
     int planning_node_size() const noexcept { return t().planning_node_size(); }
+
+    //! Memory for zero-copy collectives (like ncclMemAlloc): `count`
+    //! elements of T, zero-filled, page-aligned, in a shared-memory
+    //! segment of this process that node peers can map. Not collective.
+    //! A collective whose ranks all pass buffers from alloc (any span
+    //! inside one, in place or not), on a communicator whose ranks share
+    //! one node, runs as one fused pass over the ranks' buffers (as the
+    //! threads backend does); otherwise, and where any rank passes other
+    //! memory, it takes the staged path (docs/scaling.md). Errors:
+    //! errc::invalid_argument for count 0 or a size that overflows,
+    //! errc::unavailable when /dev/shm or the memory cannot hold it.
+    //! Release it with free(); buffers never freed go at exit.
+    template <element T>
+    std::span<T> alloc(std::size_t count) const {
+        const std::string fn = "chorus::communicator<mpi>::alloc<T>";
+        if (count == 0) throw error(errc::invalid_argument, fn + ": `count` is 0");
+        if (count > std::numeric_limits<std::uint64_t>::max() / sizeof(T))
+            throw error(errc::invalid_argument, fn + ": `count` = " + std::to_string(count) + " elements of " +
+                                                    std::to_string(sizeof(T)) + " bytes overflow the size");
+        void* p = detail::shm_buffers::process().allocate(std::uint64_t(count) * sizeof(T), fn);
+        return std::span<T>(static_cast<T*>(p), count);
+    }
+    //! Releases a buffer from alloc (the span alloc returned, or its
+    //! start). Not collective, but no collective may still use it on any
+    //! rank; peers that mapped it drop their mapping at their next
+    //! zero-copy call with this rank. Anything else: errc::invalid_argument.
+    template <class T>
+    void free(std::span<T> buf) const {
+        detail::shm_buffers::process().release(buf.data(), "chorus::communicator<mpi>::free: `buf`");
+    }
+    void free(const void* p) const {
+        detail::shm_buffers::process().release(p, "chorus::communicator<mpi>::free: `p`");
+    }
+    //! Whether this communicator can run collectives zero-copy (every rank
+    //! on one node, at least two; CHORUS_RANKS_PER_NODE splits count), and
+    //! how many of its collectives did so far.
+    bool zero_copy_possible() const noexcept { return t().zero_copy_possible(); }
+    std::uint64_t zero_copy_calls() const noexcept { return t().zero_copy_calls(); }
 
     //! Collective: a new communicator of the ranks that pass the same
     //! `color`, ordered by `key` (as MPI_Comm_split); nullptr for

@@ -111,10 +111,25 @@ struct alignas(64) node_flag {
 constexpr std::uint64_t node_call_word(std::uint64_t seq, std::uint64_t fingerprint) noexcept {
     return seq << 32 | (fingerprint & 0xffffffffu);
 }
+//! A rank's buffers for one call, for the zero-copy path (mpi.hpp:
+//! mpi_transport::zero_copy_agreed): per sequence parity, published by
+//! every rank of a one-node communicator at the start of every call.
+//! `seq` is stored last (release); the rest is read once it names the
+//! call. A buffer is (token, byte offset, mapped size) of one of the
+//! rank's buffers from alloc (mpi_alloc.hpp); token 0: none (null).
+struct alignas(64) node_buffers {
+    std::atomic<std::uint64_t> seq{0};
+    std::atomic<std::uint64_t> fingerprint{0};
+    std::atomic<std::uint64_t> capable{0}; //!< 1: in and out are in its buffers from alloc, scratch fits
+    std::atomic<std::uint64_t> frees{0};   //!< its process's buffers freed so far (shm_buffers::frees)
+    std::atomic<std::uint64_t> in[3]{};    //!< token, offset, mapped bytes
+    std::atomic<std::uint64_t> out[3]{};
+};
 //! Per local rank, in the node segment.
 struct alignas(64) node_slot {
     std::atomic<std::int32_t> pid{0};
     node_flag flags[max_channels];
+    node_buffers buffers[2]; //!< per sequence parity
 };
 struct alignas(64) node_header {
     std::atomic<std::int64_t> aborted_by{0}; //!< 1 + rank of the first node rank that failed; 0: fine
@@ -214,6 +229,8 @@ public:
     }
     //! Local rank q's call of sequence parity `parity` (node_flag::call).
     std::atomic<std::uint64_t>& call(int q, unsigned parity) const { return slot(q).flags[0].call[parity & 1]; }
+    //! Local rank q's buffers of the call of sequence parity `parity` (node_buffers).
+    node_buffers& buffers(int q, unsigned parity) const { return slot(q).buffers[parity & 1]; }
     //! Local rank q's last finished call (node_flag::done).
     std::atomic<std::uint64_t>& done(int q) const { return slot(q).flags[0].done; }
 

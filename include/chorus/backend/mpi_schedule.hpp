@@ -130,6 +130,10 @@ struct node_link {
     std::uint64_t* seen = nullptr;              //!< per (local rank, channel): the largest flag value seen
     std::uint64_t fingerprint = 0;              //!< the call's (call_fingerprint), published in node_flag::call
     std::uint64_t* verified = nullptr;          //!< per local rank: the last call whose fingerprint matched ours
+    //! Zero-copy calls (run_zero_copy): per local rank, its `in` and
+    //! `out` as mapped in this process (null: none); null otherwise.
+    std::byte* const* zc_in = nullptr;
+    std::byte* const* zc_out = nullptr;
 };
 
 //! Runs one planned collective on one rank. `Waiter` is the backend's
@@ -149,7 +153,7 @@ public:
                    int n, const T* in, T* out, T* scratch, std::byte* staging, node_link link, int tag_base)
         : plan_(plan), w_(waiter), comm_(comm), op_(op), me_(me), n_(n), in_(const_cast<T*>(in)), out_(out),
           scratch_(scratch), staging_(staging), link_(link), tag_base_(tag_base),
-          shared_(plan.shared && link.area != nullptr),
+          shared_((plan.shared || link.zc_in != nullptr) && link.area != nullptr),
           half_(link.area != nullptr ? std::size_t(link.seq & 1) * link.half_bytes : 0), recv_reqs_(ws.recv_reqs),
           received_(ws.received),
           push_next_(ws.push_next), send_reqs_(ws.send_reqs), send_begin_(ws.send_begin), send_end_(ws.send_end),
@@ -228,7 +232,71 @@ public:
         return status::ok;
     }
 
+    //! Runs schedule `sch` zero-copy: every rank of the communicator is
+    //! a node peer whose in, out (link.zc_in/zc_out) and scratch (its
+    //! window half) this process maps, so a step reads and writes peers'
+    //! buffers directly, as the threads transport does: waits are waits
+    //! on the node flags, no message is planned or sent, and the final
+    //! wait is made before returning (peers read the caller's buffers).
+    template <class Sched>
+    status run_zero_copy(const Sched& sch) {
+        recv_reqs_.clear();
+        // Node peers may still read our window half (a deferred final
+        // wait of an earlier staged call on it).
+        if (link_.scratch_in_window)
+            if (const status st = settle(link_.debt[link_.seq & 1]); st != status::ok) return st;
+        const int C = sch.channels();
+        for (int c = 0; c < C; ++c) node_post(c, 0); // entered, as the threads transport publishes it
+        direct_env env{*this};
+        const status st = run_rank_interleaved(sch, env);
+        publish();
+        return st;
+    }
+
 private:
+    //! The rank program's environment of a zero-copy call (run_zero_copy).
+    struct direct_env {
+        sched_executor& x;
+        status wait(int peer, int channel, std::uint64_t units) { return x.node_wait(peer, channel, units); }
+        status execute(const step& s) { return s.count != 0 ? x.execute_direct(s) : status::ok; }
+        void post(int channel, std::uint64_t units) { x.node_post(channel, units); }
+    };
+    //! Where operand `o` is in this process, on a zero-copy call.
+    T* mapped(const operand& o) const {
+        if (o.rank == me_) return own(o);
+        const int q = o.rank >= 0 && o.rank < n_ ? (*link_.local_of)[std::size_t(o.rank)] : -1;
+        std::byte* b = q < 0                       ? nullptr
+                       : o.loc == where::in      ? link_.zc_in[q]
+                       : o.loc == where::out     ? link_.zc_out[q]
+                       : o.loc == where::scratch ? link_.area->window(q) + half_
+                                                 : nullptr;
+        if (b == nullptr)
+            throw error(errc::internal, "chorus: rank " + std::to_string(me_) + "'s zero-copy schedule uses a buffer "
+                                        "rank " + std::to_string(o.rank) + " did not publish");
+        return reinterpret_cast<T*>(b) + o.offset;
+    }
+    //! One step of a zero-copy call: straight between the ranks' buffers.
+    status execute_direct(const step& s) {
+        srcs_.clear();
+        for_each_source(s, [&](const operand& o) { srcs_.push_back(mapped(o)); });
+        T* dst = mapped(s.dst);
+        T* dst2 = s.dst2.loc == where::none ? nullptr : mapped(s.dst2);
+        const int finish_n = s.finish ? n_ : 0;
+        const std::size_t m = static_cast<std::size_t>(s.count);
+        if (s.fan_in >= 2) {
+            host_reduce_fan_erased<T, Op>(&op_, dst, dst2, srcs_.data(), int(s.fan_in), m, finish_n);
+            return status::ok;
+        }
+        // A large call's results in our own `out` go past the cache
+        // (node_post() fences them before a node peer can look).
+        const bool streaming = link_.streaming && s.dst.rank == me_ && s.dst.loc == where::out && dst2 == nullptr;
+        streamed_ = streamed_ || streaming;
+        host_reduce_copy(dst, dst2, static_cast<const T*>(srcs_[0]),
+                         srcs_.size() > 1 ? static_cast<const T*>(srcs_[1]) : static_cast<const T*>(nullptr), m, op_,
+                         finish_n, streaming);
+        return status::ok;
+    }
+
     //! The rank program's environment over messages: a wait completes the
     //! pushes it covers and is otherwise already satisfied (the plan
     //! turned it into the triggers of the peers' sends, and execute()

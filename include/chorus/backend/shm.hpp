@@ -67,7 +67,10 @@ public:
     //! the error (errc::unavailable) says how much was asked, how much is
     //! free, and `knob` (what sets the size). Nothing is left behind on
     //! failure.
-    static shm_segment create_unique(std::string& name, std::size_t bytes, const std::string& knob) {
+    //! With `populate` the mapping's page tables are filled at once
+    //! (MAP_POPULATE): no page fault at first touch.
+    static shm_segment create_unique(std::string& name, std::size_t bytes, const std::string& knob,
+                                     bool populate = false) {
         if (bytes > static_cast<std::size_t>(std::numeric_limits<off_t>::max()))
             throw error(errc::unavailable, "chorus: a shared-memory segment of " + std::to_string(bytes) +
                                                " bytes is larger than a file can be; " + knob);
@@ -105,13 +108,13 @@ public:
             errno = rc;
             fail(std::string(step) + " of " + name + " to " + std::to_string(bytes) + " bytes");
         }
-        return map(fd, name, bytes);
+        return map(fd, name, bytes, populate);
     }
     //! Maps an existing segment created by another process.
-    static shm_segment open(const std::string& name, std::size_t bytes) {
+    static shm_segment open(const std::string& name, std::size_t bytes, bool populate = false) {
         const int fd = shm_open(name.c_str(), O_RDWR, 0);
         if (fd < 0) fail("shm_open of " + name);
-        return map(fd, name, bytes);
+        return map(fd, name, bytes, populate);
     }
     static void unlink(const std::string& name) { shm_unlink(name.c_str()); }
 
@@ -139,8 +142,8 @@ public:
     std::size_t bytes() const noexcept { return bytes_; }
 
 private:
-    static shm_segment map(int fd, const std::string& name, std::size_t bytes) {
-        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    static shm_segment map(int fd, const std::string& name, std::size_t bytes, bool populate = false) {
+        void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
         const int e = errno;
         close(fd);
         if (p == MAP_FAILED) {

@@ -57,6 +57,10 @@ public:
         return policy::fixed(automatic::choose(c_.args, &memo_.choices()));
     }
     const call& what() const noexcept { return c_; }
+    //! The same rank's schedules for `other`, a variant of this call
+    //! (other schedule_args: communicator<mpi>'s zero-copy path), made
+    //! and remembered the same way; `other` must outlive the result.
+    call_schedules with(const call& other) const { return call_schedules(memo_, other); }
 
 private:
     schedule_memo& memo_;
