@@ -489,7 +489,7 @@ inline const char* automatic_choice(coll_kind c, int nranks, int root, std::size
     a.in_place = inplace;
     a.node_size = emulated_node_size();
     // The threads transport's small-message protocol (a barrier's too).
-    if (chorus::automatic::small_message(chorus::policy::automatic(), a, chorus::detail::threads_small_cap))
+    if (chorus::automatic::small_message(chorus::policy::automatic(), a, chorus::detail::host_small_cap))
         return "small";
     return chorus::model::algorithm_name(chorus::automatic::choose(a));
 }

@@ -185,10 +185,43 @@ TEST_CASE("small-message protocol: the model check catches a reordered, a lost p
     }
 }
 
+TEST_CASE("small-message protocol: which calls automatic sends to it") {
+    using chorus::automatic;
+    using chorus::policy;
+    chorus::schedule_args a{};
+    a.coll = chorus::collective::all_reduce;
+    a.nranks = 2;
+    a.elem_bytes = 4;
+    a.count = 4;
+    const std::uint64_t cap = chorus::detail::host_small_cap;
+    CHECK(automatic::small_message(policy::automatic(), a, cap));
+    CHECK(automatic::small_message(chorus::policy_of<chorus::deterministic<>>, a, cap));
+    CHECK_FALSE(automatic::small_message(chorus::policy_of<chorus::ring<>>, a, cap)); // named: runs as named
+    CHECK_FALSE(automatic::small_message(policy::automatic(), a, 0));                  // no protocol
+    a.count = 0;
+    CHECK(automatic::small_message(policy::automatic(), a, cap));
+    CHECK_FALSE(automatic::small_message(policy::automatic(), a, 0)); // not even for nothing
+    a.count = 512; // 2 KiB: the default small_bytes
+    CHECK(automatic::small_message(policy::automatic(), a, cap));
+    a.count = 513;
+    CHECK_FALSE(automatic::small_message(policy::automatic(), a, cap));
+    a.count = 4;
+    a.nranks = 1;
+    CHECK_FALSE(automatic::small_message(policy::automatic(), a, cap));
+    a.nranks = 2;
+    a.coll = chorus::collective::all_gather;
+    CHECK_FALSE(automatic::small_message(policy::automatic(), a, cap));
+    chorus::model::topology off{};
+    off.small_bytes = 0; // a model file can turn it off
+    a.coll = chorus::collective::all_reduce;
+    a.topo = &off;
+    CHECK_FALSE(automatic::small_message(policy::automatic(), a, cap));
+}
+
 // --- the real transport -------------------------------------------------------------------
 
 TEST_CASE("small-message protocol: exact, and bitwise the same fold in rank order on every rank") {
-    const std::uint64_t cap = chorus::detail::threads_small_cap;
+    const std::uint64_t cap = chorus::detail::host_small_cap;
     for (int n : {2, 3, 5}) {
         failure_log log;
         INFO("ranks " << n);

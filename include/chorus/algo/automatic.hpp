@@ -159,7 +159,8 @@ struct automatic {
     //! none). The protocol folds the inputs in rank order, as
     //! deterministic<> requires. A policy the user names runs as named.
     static bool small_message(const policy& p, const schedule_args& a, std::uint64_t cap) {
-        if (!(p.choose || p.deterministic) || a.coll != collective::all_reduce || a.nranks < 2) return false;
+        if (cap == 0 || !(p.choose || p.deterministic) || a.coll != collective::all_reduce || a.nranks < 2)
+            return false;
         const std::uint64_t bytes = a.count * a.elem_bytes;
         return a.elem_bytes <= 64 && bytes <= cap && double(bytes) <= detail::choice_topology(a).small_bytes;
     }

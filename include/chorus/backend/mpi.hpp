@@ -86,6 +86,7 @@
 #include "../ops/traits.hpp"
 #include "../plan/partition.hpp"
 #include "host_common.hpp"
+#include "host_small.hpp"
 #include "host_wait.hpp"
 #include "mpi_alloc.hpp"
 #include "mpi_c.hpp"
@@ -331,6 +332,9 @@ public:
     //! zero-copy here (every rank of the communicator on one node, at
     //! least two ranks), and how many collectives did so far.
     bool zero_copy_possible() const noexcept { return zc_node_; }
+    //! The small-message protocol (host_small.hpp) runs where zero-copy
+    //! does: every rank on one node, at least two.
+    std::uint64_t small_message_bytes() const noexcept { return zc_node_ ? host_small_cap : 0; }
     std::uint64_t zero_copy_calls() const noexcept { return zc_calls_.load(std::memory_order_relaxed); }
     //! Each rank's window in its node's shared memory, where a schedule's
     //! scratch goes when it fits: hierarchical<> stages through it
@@ -445,6 +449,8 @@ private:
     template <class T, class Schedules>
     bool offer_zero_copy(const call& c, std::uint64_t fp, Schedules& s, call& zc);
     bool zero_copy_agreed(const call& c, std::uint64_t fp, std::chrono::steady_clock::time_point deadline);
+    struct small_env;
+    void run_small(const call& c, const host_kernel& k);
     std::byte* map_peer_buffer(int q, const std::atomic<std::uint64_t> (&loc)[3], const char* head_name);
     //! What a failed run of the executor reports (st != ok): the
     //! communicator breaks and the call throws.
@@ -494,6 +500,7 @@ private:
     std::vector<std::vector<zc_mapping>> zc_maps_; //!< per rank: its buffers this process maps
     std::vector<std::uint64_t> zc_frees_;          //!< per rank: its frees when zc_maps_ was last pruned
     std::atomic<std::uint64_t> zc_calls_{0};       //!< collectives run zero-copy
+    detail::small_state small_;                    //!< the small-message protocol's (host_small.hpp)
     //! The base added to a call's planned tags: the low bits stay the
     //! plan's (`tags` of them at least), the bits above carry part of the
     //! call's fingerprint (0 where MPI_TAG_UB leaves fewer than 8 bits).
@@ -563,6 +570,7 @@ void mpi_transport::run(const call& c, const Op& op, Schedules& s) {
     const auto deadline = std::chrono::steady_clock::now() + cs.timeout;
     const char* head_name = collective_name(coll);
     if (broken()) fail_call(head_name, errc::aborted, "the communicator is broken (" + reason() + ")");
+    if (c.small) return run_small(c, detail::host_kernel_of<T>(op));
     const std::uint64_t fp = detail::call_fingerprint(c);
     // One node: every call says whether this rank could run it zero-copy.
     call zc{};
@@ -730,6 +738,60 @@ bool mpi_transport::offer_zero_copy(const call& c, std::uint64_t fp, Schedules& 
     b.out[2].store(lo.seg_bytes, relaxed);
     b.seq.store(c.seq, std::memory_order_release);
     return capable;
+}
+
+//! The small-message protocol's view of the node (host_small.hpp): the
+//! boxes live in the node segment; a call on the scheduled path shows in
+//! the rank's offer (node_buffers, published by every call on a one-node
+//! communicator).
+struct mpi_transport::small_env {
+    mpi_transport& self;
+    detail::mpi_waiter<mpi_transport> waiter;
+
+    detail::small_box& box(int q, unsigned parity) { return self.node_area_.box(q, parity); }
+    std::uint64_t scheduled(int q) const {
+        return std::max(self.node_area_.buffers(q, 0).seq.load(std::memory_order_acquire),
+                        self.node_area_.buffers(q, 1).seq.load(std::memory_order_acquire));
+    }
+    std::uint64_t entered(int q) const {
+        return std::max(scheduled(q), std::max(self.node_area_.box(q, 0).seq.load(std::memory_order_acquire),
+                                               self.node_area_.box(q, 1).seq.load(std::memory_order_acquire)));
+    }
+    bool scheduled_call(int, std::uint64_t, detail::descriptor&) const { return false; }
+    void posted() {}
+    template <class Ready>
+    detail::status wait(int q, Ready ready) {
+        return waiter.poll(ready, q);
+    }
+};
+
+//! A call marked call::small (every rank on one node): the small-message
+//! protocol over the node segment, in place of the scheduled path and of
+//! MPI_Ibarrier (host_small.hpp; one node: local rank q is rank q).
+inline void mpi_transport::run_small(const call& c, const host_kernel& k) {
+    const char* head_name = collective_name(c.coll);
+    small_env env{*this, {*this, std::chrono::steady_clock::now() + c.settings.timeout}};
+    detail::small_failure f;
+    try {
+        f = detail::run_small_call(env, c, k, rank_, size_, small_);
+    } catch (...) {
+        fail_reason("rank " + std::to_string(rank_) + " failed in " + head_name + ": " +
+                        detail::exception_text(std::current_exception()),
+                    errc::peer_failed, true);
+        throw;
+    }
+    switch (f.st) {
+    case detail::status::ok: return;
+    case detail::status::timeout:
+        fail_call(head_name, errc::timeout,
+                  detail::timed_out_waiting(c.settings.timeout.count(), detail::rank_text(f.peer)) +
+                      " (small-message protocol); " + detail::small_absent(env, size_, c.seq));
+    case detail::status::peer_exited: fail_call(head_name, errc::peer_failed, died_text(f.peer));
+    case detail::status::mismatch:
+        fail_call(head_name, errc::mismatch,
+                  "ranks disagree: " + (c.settings.checked ? f.why : detail::mismatch_text(f.why)));
+    default: fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
+    }
 }
 
 //! Whether every rank runs call `c` zero-copy: this rank offered it; waits

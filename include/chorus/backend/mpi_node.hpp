@@ -23,6 +23,7 @@
 #include "../core/config.hpp"
 #include "../core/env.hpp"
 #include "../core/error.hpp"
+#include "host_small.hpp"
 #include "mpi_c.hpp"
 #include "shm.hpp"
 
@@ -130,6 +131,7 @@ struct alignas(64) node_slot {
     std::atomic<std::int32_t> pid{0};
     node_flag flags[max_channels];
     node_buffers buffers[2]; //!< per sequence parity
+    small_box box[2];        //!< the small-message protocol's boxes, per sequence parity (host_small.hpp)
 };
 struct alignas(64) node_header {
     std::atomic<std::int64_t> aborted_by{0}; //!< 1 + rank of the first node rank that failed; 0: fine
@@ -231,6 +233,8 @@ public:
     std::atomic<std::uint64_t>& call(int q, unsigned parity) const { return slot(q).flags[0].call[parity & 1]; }
     //! Local rank q's buffers of the call of sequence parity `parity` (node_buffers).
     node_buffers& buffers(int q, unsigned parity) const { return slot(q).buffers[parity & 1]; }
+    //! Local rank q's small-message box of sequence parity `parity`.
+    small_box& box(int q, unsigned parity) const { return slot(q).box[parity & 1]; }
     //! Local rank q's last finished call (node_flag::done).
     std::atomic<std::uint64_t>& done(int q) const { return slot(q).flags[0].done; }
 

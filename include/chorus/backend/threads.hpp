@@ -53,6 +53,7 @@
 #include "../model/file.hpp"
 #include "../ops/operators.hpp"
 #include "host_common.hpp"
+#include "host_small.hpp"
 #include "host_wait.hpp"
 #include "transport.hpp"
 
@@ -110,29 +111,6 @@ struct sig_slot {
     }
 };
 static_assert(sizeof(call_signature) == sizeof(std::uint64_t) * call_signature::words);
-
-//! The most bytes of data a call may have to run with the small-message
-//! protocol (threads_transport::run_small); the model's small_bytes
-//! (model/cost.hpp) chooses up to where, within this.
-inline constexpr std::uint64_t threads_small_cap = 4096;
-
-//! One of a rank's two buffers of the small-message protocol, indexed by
-//! seq & 1. A call of at most 48 bytes travels in one cache line with its
-//! sequence number and call hash: a peer's one read of that line is the
-//! whole hand-off. A larger call's data goes to `rest`. The owner writes
-//! data, hash and record, then `seq` (release); a peer reads them after
-//! an acquire load of `seq` that shows its call.
-struct alignas(64) small_box {
-    static constexpr std::uint64_t line_bytes = 48;
-    unsigned char line[line_bytes];            //!< the data of a call of at most line_bytes
-    std::atomic<std::uint64_t> seq{0};         //!< the call whose data this box holds
-    std::uint64_t hash = 0;                    //!< call_signature::hash() of that call
-    alignas(64) unsigned char rest[threads_small_cap]; //!< the data of a larger call
-    descriptor rec{};                          //!< the call in full: read only to report a mismatch
-
-    unsigned char* data(std::uint64_t bytes) { return bytes <= line_bytes ? line : rest; }
-    const unsigned char* data(std::uint64_t bytes) const { return bytes <= line_bytes ? line : rest; }
-};
 
 //! What a rank blocked on another rank's small boxes sleeps on.
 struct alignas(64) small_wake {
@@ -348,7 +326,7 @@ public:
         run_schedule(c, s.mine(), k);
     }
     //! The small-message protocol carries calls of up to this many bytes.
-    static constexpr std::uint64_t small_message_bytes() noexcept { return threads_small_cap; }
+    static constexpr std::uint64_t small_message_bytes() noexcept { return host_small_cap; }
 
     //! One send or receive (see the file comment for the mailbox protocol).
     template <class T>
@@ -363,9 +341,10 @@ private:
     void run_schedule(const call& c, const Schedule& sch, const host_kernel& k);
     status check_all(descriptor& mine, std::uint64_t seq, std::chrono::steady_clock::time_point deadline,
                      std::string& report, int& bad_peer);
+    struct small_env;
     void run_small(const call& c, const host_kernel& k);
     template <class Ready>
-    status wait_small(int peer, Ready ready, std::uint64_t regular_at, std::chrono::steady_clock::time_point deadline);
+    status wait_small(int peer, Ready ready, std::chrono::steady_clock::time_point deadline);
 
     std::shared_ptr<threads_world> world_;
     int rank_;
@@ -373,11 +352,7 @@ private:
     std::vector<descriptor> peer_desc_;       //!< peers' descriptors, cached per collective
     std::vector<std::uint64_t> peer_checked_; //!< seq for which each peer's signature was checked
     std::vector<descriptor> all_calls_;       //!< checked mode: every rank's call
-    std::vector<const void*> small_src_;      //!< the small protocol's sources, one per rank
-    //! The latest call at which this rank saw every peer (the small
-    //! protocol's: a box is rewritten only once every peer has entered the
-    //! call after the one that last used it).
-    std::uint64_t small_seen_ = 0;
+    small_state small_;                       //!< the small-message protocol's (host_small.hpp)
 };
 
 //! The host executor's environment for one collective on one rank.
@@ -590,24 +565,16 @@ void threads_transport::run_schedule(const call& cl, const Schedule& sch, const 
 //! yield, then sleep on the peer's small_wake in slices of at most a
 //! millisecond (a poster wakes sleepers without a fence, so a wake-up can
 //! be missed by a sleeper that was just counting itself in: the slice
-//! bounds what that costs). Fails on abort, at the deadline, when the
-//! peer has left for good, and (regular_at > 0) when the peer entered
-//! call `regular_at` by the scheduled protocol: a different call.
+//! bounds what that costs). Fails on abort, at the deadline, and when the
+//! peer has left for good.
 template <class Ready>
-status threads_transport::wait_small(int peer, Ready ready, std::uint64_t regular_at,
-                                     std::chrono::steady_clock::time_point deadline) {
+status threads_transport::wait_small(int peer, Ready ready, std::chrono::steady_clock::time_point deadline) {
     using clock = std::chrono::steady_clock;
     threads_world& w = *world_;
-    const rank_slot& ps = w.slot(peer);
     small_wake& wk = w.slot(peer).wake;
     const backoff_policy& bp = w.backoff();
     auto stop = [&]() -> status {
         if (w.aborted()) return status::aborted;
-        // The flag first: a peer that posted its box and then moved on to a
-        // later scheduled call shows the box here.
-        if (regular_at != 0 && (ps.flags[0].value.load(std::memory_order_acquire) >> 32) >= regular_at &&
-            !ready())
-            return status::mismatch;
         if (w.gone(peer).load(std::memory_order_seq_cst) && !ready()) return status::peer_exited;
         return status::ok;
     };
@@ -647,137 +614,63 @@ status threads_transport::wait_small(int peer, Ready ready, std::uint64_t regula
     }
 }
 
-//! The small-message protocol (a call with call::small: automatic's small
-//! AllReduce, every barrier). Each rank copies its input into its box for
-//! this call (one of two, by seq & 1), with the call's hash, and posts
-//! the box's sequence number; then it reads every rank's box, compares the
-//! hash (checked mode: the whole call) and folds the inputs in rank order
-//! into its output, the same fold on every rank. No descriptor, no
-//! progress flags, no final wait: a rank returns as soon as it has read
-//! every box, and rewrites a box only once every peer has entered the call
-//! after the one that last used it (which it has then finished reading).
-//! Peers never read the caller's buffers, so a failing rank hands them
-//! back at once.
+//! The small-message protocol's view of the world (host_small.hpp).
+struct threads_transport::small_env {
+    threads_transport& self;
+    std::chrono::steady_clock::time_point deadline;
+
+    small_box& box(int q, unsigned parity) { return self.world_->slot(q).box[parity & 1]; }
+    std::uint64_t entered(int q) const { return self.world_->slot(q).entered(); }
+    std::uint64_t scheduled(int q) const {
+        return self.world_->slot(q).flags[0].value.load(std::memory_order_acquire) >> 32;
+    }
+    bool scheduled_call(int q, std::uint64_t seq, descriptor& d) const {
+        return self.world_->slot(q).sig[seq & 1].load(seq, d);
+    }
+    void posted() {
+        small_wake& wk = self.world_->slot(self.rank_).wake;
+        if (wk.waiters.load(std::memory_order_relaxed) != 0) nudge_wake(wk);
+    }
+    template <class Ready>
+    status wait(int q, Ready ready) {
+        return self.wait_small(q, ready, deadline);
+    }
+};
+
+//! A call marked call::small: the small-message protocol (host_small.hpp).
 inline void threads_transport::run_small(const call& cl, const host_kernel& k) {
     threads_world& w = *world_;
     const int n = w.size();
-    const std::uint64_t seq = cl.seq;
     const collective coll = cl.coll;
-    const std::uint64_t bytes = coll == collective::barrier ? 0 : cl.count * k.types.elem_bytes;
-    const auto deadline = std::chrono::steady_clock::now() + cl.settings.timeout;
-    status st = status::ok;
-    int bad = -1;
-    std::string why; // a mismatch, described
-
-    // Reuse: box seq & 1 last carried a call before seq - 1; every peer
-    // that entered seq - 1 is done with it.
-    if (small_seen_ + 1 < seq)
-        for (int q = 0; q < n && st == status::ok; ++q)
-            if (q != rank_) {
-                st = wait_small(q, [&] { return w.slot(q).entered() + 1 >= seq; }, 0, deadline);
-                if (st != status::ok) bad = q;
-            }
-
-    small_box& mine = w.slot(rank_).box[seq & 1];
-    if (st == status::ok) {
-        describe_call(mine.rec, cl, 1);
-        mine.hash = mine.rec.sig.hash();
-        if (bytes != 0) std::memcpy(mine.data(bytes), cl.in, bytes);
-        mine.seq.store(seq, std::memory_order_release);
-        small_wake& wk = w.slot(rank_).wake;
-        if (wk.waiters.load(std::memory_order_relaxed) != 0) nudge_wake(wk);
+    small_env env{*this, std::chrono::steady_clock::now() + cl.settings.timeout};
+    small_failure f;
+    try {
+        f = run_small_call(env, cl, k, rank_, n, small_);
+    } catch (...) { // the operator threw: every peer fails at once, this rank gets its exception
+        const std::exception_ptr user_error = std::current_exception();
+        w.abort(errc::peer_failed, "rank " + std::to_string(rank_) + " failed in " + collective_name(coll) + ": " +
+                                       detail::exception_text(user_error));
+        std::rethrow_exception(user_error);
     }
-
-    // Every rank's box for this call, in rank order; compare as it comes.
-    small_src_.resize(static_cast<std::size_t>(n));
-    bool full_check = cl.settings.checked;
-    for (int q = 0; q < n && st == status::ok; ++q) {
-        const small_box& b = w.slot(q).box[seq & 1];
-        if (q != rank_) {
-            st = wait_small(q, [&] { return b.seq.load(std::memory_order_acquire) >= seq; }, seq, deadline);
-            if (st != status::ok) {
-                bad = q;
-                if (st == status::mismatch) {
-                    descriptor d{};
-                    if (!w.slot(q).sig[seq & 1].load(seq, d)) d = descriptor{};
-                    why = "rank " + std::to_string(rank_) + " called " + mine.rec.call() + " but rank " +
-                          std::to_string(q) +
-                          (d.sig.seq == seq ? " called " + d.call() : std::string(" called a different collective"));
-                }
-                break;
-            }
-            if (b.hash != mine.hash || (full_check && !b.rec.same_call(mine.rec))) {
-                st = status::mismatch;
-                bad = q;
-                why = "rank " + std::to_string(rank_) + " called " + mine.rec.call() + " but rank " +
-                      std::to_string(q) + " called " + b.rec.call();
-                break;
-            }
-        }
-        small_src_[static_cast<std::size_t>(q)] = b.data(bytes);
-    }
-    if (st == status::mismatch && full_check) {
-        // Checked mode's report: every rank's call, once each has posted one.
-        all_calls_.assign(static_cast<std::size_t>(n), mine.rec);
-        for (int q = 0; q < n; ++q) {
-            if (q == rank_) continue;
-            const small_box& b = w.slot(q).box[seq & 1];
-            descriptor& d = all_calls_[static_cast<std::size_t>(q)];
-            const status got = wait_small(
-                q,
-                [&] {
-                    return b.seq.load(std::memory_order_acquire) >= seq ||
-                           (w.slot(q).flags[0].value.load(std::memory_order_acquire) >> 32) >= seq;
-                },
-                0, deadline);
-            if (got != status::ok) continue;
-            if (b.seq.load(std::memory_order_acquire) >= seq) d = b.rec;
-            else if (!w.slot(q).sig[seq & 1].load(seq, d)) d = mine.rec;
-        }
-        why = calls_report(seq, all_calls_);
-    }
-
-    if (st == status::ok && bytes != 0) {
-        try {
-            const std::size_t count = static_cast<std::size_t>(cl.count);
-            if (n == 2)
-                k.reduce_copy(k.op, cl.out, nullptr, small_src_[0], small_src_[1], count, n, false);
-            else
-                k.reduce_fan(k.op, cl.out, nullptr, small_src_.data(), n, count, n);
-        } catch (...) {
-            const std::exception_ptr user_error = std::current_exception();
-            w.abort(errc::peer_failed, "rank " + std::to_string(rank_) + " failed in " + collective_name(coll) +
-                                           ": " + detail::exception_text(user_error));
-            std::rethrow_exception(user_error);
-        }
-    }
-    if (st == status::ok) {
-        small_seen_ = seq;
-        return;
-    }
+    if (f.st == status::ok) return;
 
     std::string msg;
-    if (st == status::timeout) {
-        std::string absent;
-        for (int r = 0; r < n; ++r)
-            if (w.slot(r).entered() < seq) absent += (absent.empty() ? "" : ", ") + std::to_string(r);
-        const std::string missing =
-            absent.empty() ? std::string("every rank has entered it") : "ranks that have not joined it: " + absent;
-        msg = detail::timed_out_waiting(cl.settings.timeout.count(), detail::rank_text(bad)) +
+    if (f.st == status::timeout) {
+        const std::string missing = small_absent(env, n, cl.seq);
+        msg = detail::timed_out_waiting(cl.settings.timeout.count(), detail::rank_text(f.peer)) +
               " (small-message protocol); " + missing;
         w.abort(errc::timeout, "rank " + std::to_string(rank_) + " timed out in " + collective_name(coll) +
-                                   " waiting for rank " + std::to_string(bad) + "; " + missing);
-    } else if (st == status::peer_exited) {
-        msg = "rank " + std::to_string(bad) + " returned without joining this " + collective_name(coll) +
+                                   " waiting for rank " + std::to_string(f.peer) + "; " + missing);
+    } else if (f.st == status::peer_exited) {
+        msg = "rank " + std::to_string(f.peer) + " returned without joining this " + collective_name(coll) +
               " (it issued fewer collectives than this rank)";
         w.abort(errc::peer_failed, std::string(collective_name(coll)) + ": " + msg);
-    } else if (st == status::mismatch) {
-        if (!full_check) why = mismatch_text(why);
-        msg = "ranks disagree: " + why;
+    } else if (f.st == status::mismatch) {
+        msg = "ranks disagree: " + (cl.settings.checked ? f.why : mismatch_text(f.why));
         // The ranks that wait for this one fail with this text.
         w.abort(errc::mismatch, std::string(collective_name(coll)) + ": " + msg);
     }
-    throw_for(w, coll, st, msg);
+    throw_for(w, coll, f.st, msg);
 }
 
 //! Checked mode: wait until every rank entered collective `seq`, then
