@@ -356,17 +356,17 @@ CHORUS_TARGET_AVX512 void simd_fan_avx512(L* const* dst, int ndst, const L* cons
 //! The fan-in of `nsrc` sources into `ndst` destinations over whole lines:
 //! for elements [first, first + lines * 64 / sizeof(T)), every dst[d][i] =
 //! src[0][i] op ... op src[nsrc-1][i], combined in source order, computed
-//! in vector registers and written with non-temporal stores at the active
-//! level. Every dst[d] + first must be 64-byte aligned. No epilogue.
-//! Returns false, having written nothing, where (T, Op) has no vector form
-//! or the level is `generic`. The caller fences (store_fence).
+//! in vector registers and written with non-temporal stores at level `isa`
+//! (at most host_isa_supported()). Every dst[d] + first must be 64-byte
+//! aligned. No epilogue. Returns false, having written nothing, where
+//! (T, Op) has no vector form or `isa` is `generic`. The caller fences
+//! (store_fence).
 template <class T, class Op>
-inline bool host_stream_fan_lines(T* const* dst, int ndst, const T* const* src, int nsrc, std::size_t first,
-                                  std::size_t lines, const Op& op) {
+inline bool host_stream_fan_lines(host_isa isa, T* const* dst, int ndst, const T* const* src, int nsrc,
+                                  std::size_t first, std::size_t lines, const Op& op) {
     (void)op;
 #if CHORUS_HOST_SIMD
     constexpr simd_kind K = simd_kind_of<T, Op>();
-    const host_isa isa = host_isa_active();
     if constexpr (K == simd_kind::none) return false;
     else {
         if (isa == host_isa::generic) return false;
@@ -379,7 +379,7 @@ inline bool host_stream_fan_lines(T* const* dst, int ndst, const T* const* src, 
         return true;
     }
 #else
-    (void)dst, (void)ndst, (void)src, (void)nsrc, (void)first, (void)lines;
+    (void)isa, (void)dst, (void)ndst, (void)src, (void)nsrc, (void)first, (void)lines;
     return false;
 #endif
 }
