@@ -36,10 +36,6 @@
 #include <utility>
 #include <vector>
 
-#if defined(__SSE2__)
-#  include <emmintrin.h>
-#endif
-
 namespace chorus_bench {
 
 using comm_type = chorus::communicator<chorus::threads>;
@@ -243,27 +239,32 @@ inline std::size_t copies_per_rep(std::size_t bytes) {
 //! transfers, so the ceiling is the better of the two.
 enum class copy_kind { memcpy, streaming };
 
-//! Copy with 16-byte streaming stores (SSE2, part of baseline x86-64); plain
-//! memcpy elsewhere. dst and src must be 16-byte aligned (ours are page
-//! aligned).
+//! Copy with the widest non-temporal stores this CPU has (chorus's own
+//! run-time choice, exec/host_simd.hpp: 64-byte AVX-512, 32-byte AVX2 or
+//! 16-byte SSE2 stores, whole 64-byte lines), the rest with memcpy; plain
+//! memcpy where chorus has no streaming stores. dst must be 64-byte aligned
+//! (ours are page aligned).
 inline void streaming_copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
-#if defined(__SSE2__)
-    const std::size_t body = bytes / 64 * 64;
-    for (std::size_t i = 0; i < body; i += 64) {
-        const __m128i v0 = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i));
-        const __m128i v1 = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-        const __m128i v2 = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-        const __m128i v3 = _mm_load_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), v0);
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), v1);
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), v2);
-        _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), v3);
+    namespace d = chorus::detail;
+    const d::host_isa isa = d::host_isa_active();
+    if (isa == d::host_isa::generic) {
+        std::memcpy(dst, src, bytes);
+        return;
     }
-    _mm_sfence();
-    std::memcpy(dst + body, src + body, bytes - body);
-#else
-    std::memcpy(dst, src, bytes);
-#endif
+    const std::size_t lines = bytes / 64;
+    d::host_stream_copy_lines(isa, dst, nullptr, src, lines);
+    d::store_fence();
+    std::memcpy(dst + lines * 64, src + lines * 64, bytes - lines * 64);
+}
+
+//! What streaming_copy uses, for the report: "64-byte AVX-512
+//! non-temporal stores".
+inline std::string streaming_copy_name() {
+    namespace d = chorus::detail;
+    const d::host_isa isa = d::host_isa_active();
+    if (isa == d::host_isa::generic) return "memcpy (no streaming stores on this target)";
+    return cat(std::to_string(d::host_isa_store_bytes(isa)), "-byte ", d::host_isa_name(isa),
+               " non-temporal stores");
 }
 
 //! `copies` back-to-back copies of `bytes`, kept by the compiler.
@@ -436,6 +437,8 @@ struct row_result {
     const char* op = "none";
     int root = -1;
     double cpybw = 0;
+    //! The fused streaming reference's time (all_reduce float sum rows; 0: not measured): see measure_row_fused.
+    double fused_us = 0;
     place_result place[2]; // [0] out-of-place, [1] in-place
 };
 
@@ -519,7 +522,7 @@ public:
             csv_ = std::fopen(o.csv_path.c_str(), "w");
             if (csv_ == nullptr) throw usage_error{cat("--csv: cannot write ", o.csv_path)};
             std::fprintf(csv_, "collective,place,size_bytes,count,type,redop,root,ranks,algo,channels,chunk_bytes,"
-                               "iters,warmup,time_us,algbw_gbps,busbw_gbps,eff,copy_gbps,wrong,chosen,mode\n");
+                               "iters,warmup,time_us,algbw_gbps,busbw_gbps,eff,copy_gbps,wrong,chosen,mode,fused_us\n");
         }
         if (!o.json_path.empty()) {
             json_ = std::fopen(o.json_path.c_str(), "w");
@@ -551,6 +554,7 @@ public:
         std::printf("# buffers: 2 x %s per rank, page aligned, pre-faulted\n", human_bytes(opt_.max_bytes).c_str());
         std::printf("# memcpy (%d threads, %s): %.1f GB/s (read+write); streaming-store copy: %.1f GB/s\n", n,
                     human_bytes(copy_bytes).c_str(), memcpy_gbps, streaming_gbps);
+        std::printf("# copy ceiling: the better of memcpy and %s\n", streaming_copy_name().c_str());
         std::printf("#\n"
                     "# S = size(B). algbw = S / time. busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md):\n"
                     "#   all_reduce S = count * sizeof(T), factor 2(n-1)/n; all_gather and reduce_scatter\n"
@@ -566,8 +570,14 @@ public:
                     "# time = (latest end - earliest start, over ranks) / %d back-to-back calls, after %d warm-up calls;\n"
                     "#   with --reps R, the fastest of R such loops.\n"
                     "# #wrong: elements differing from a serial reference (tolerance 0), plus writes past the output\n"
-                    "#   and changes to an out-of-place input.\n",
-                    n, opt_.iters, opt_.warmup);
+                    "#   and changes to an out-of-place input.\n"
+                    "# fused: after each all_reduce float sum row, a hand-written fused streaming reference timed the\n"
+                    "#   same way on the same %d threads: thread r computes its 1/n of out_q[i] = in_0[i] + ... +\n"
+                    "#   in_{n-1}[i] for every rank q in one pass (%d-byte %s non-temporal stores, whatever\n"
+                    "#   --isa says), then a barrier; and the row's time over it.\n",
+                    n, opt_.iters, opt_.warmup, n,
+                    int(chorus::detail::host_isa_store_bytes(chorus::detail::host_isa_supported())),
+                    chorus::detail::host_isa_name(chorus::detail::host_isa_supported()));
         std::fflush(stdout);
 
         if (json_ != nullptr) {
@@ -576,10 +586,12 @@ public:
                          "  \"ranks\": %d,\n  \"hardware_threads\": %u,\n  \"algo\": \"%s\",\n  \"channels\": %d,\n"
                          "  \"chunk_bytes\": %zu,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
                          "  \"root\": %d,\n  \"copy_bytes\": %zu,\n  \"memcpy_gbps\": %.4f,\n  \"streaming_copy_gbps\": %.4f,\n"
-                         "  \"rows\": [",
+                         "  \"streaming_copy\": \"%s\",\n  \"fused_reference\": \"%d-byte %s non-temporal stores\",\n  \"rows\": [",
                          json_escape(opt_.command_line).c_str(), version_string().c_str(), n, hw, algos.c_str(),
                          opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? "true" : "false",
-                         opt_.root, copy_bytes, memcpy_gbps, streaming_gbps);
+                         opt_.root, copy_bytes, memcpy_gbps, streaming_gbps, json_escape(streaming_copy_name()).c_str(),
+                         int(chorus::detail::host_isa_store_bytes(chorus::detail::host_isa_supported())),
+                         chorus::detail::host_isa_name(chorus::detail::host_isa_supported()));
         }
     }
 
@@ -631,6 +643,13 @@ public:
             write_files(r, p);
         }
         std::printf(" %8.2f %18s\n", r.cpybw, chosen(r));
+        if (r.fused_us > 0) {
+            std::printf("#%14s fused reference %10.2f us", "", r.fused_us);
+            for (int p = 0; p < 2; ++p)
+                if (enabled(p) && r.place[p].valid)
+                    std::printf(", %s %.3fx", p == 0 ? "out-of-place" : "in-place", r.place[p].time_us / r.fused_us);
+            std::printf("\n");
+        }
         std::fflush(stdout);
     }
 
@@ -727,7 +746,7 @@ private:
             const double busbw = algbw * bus_factor(r.coll, opt_.ranks);
             if (csv_ != nullptr)
                 std::fprintf(csv_, "%s,%s,%zu,%zu,float,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,nan,nan,%" PRIu64
-                                   ",%s,interleaved\n",
+                                   ",%s,interleaved,nan\n",
                              coll_name(r.coll), place, r.bytes, r.count, r.op, r.root, opt_.ranks, r.algos[i].c_str(),
                              opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, r.time_us[i], algbw, busbw,
                              r.wrong[i], chosen_algo);
@@ -753,19 +772,22 @@ private:
         const place_result& pr = r.place[p];
         const char* place = p == 0 ? "out" : "in";
         if (csv_ != nullptr) {
-            std::fprintf(csv_, "%s,%s,%zu,%zu,%s,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%" PRIu64 ",%s,sequential\n",
+            char fused[32] = "nan";
+            if (r.fused_us > 0) std::snprintf(fused, sizeof fused, "%.3f", r.fused_us);
+            std::fprintf(csv_, "%s,%s,%zu,%zu,%s,%s,%d,%d,%s,%d,%zu,%d,%d,%.3f,%.6f,%.6f,%.6f,%.4f,%" PRIu64 ",%s,sequential,%s\n",
                          coll_name(r.coll), place, r.bytes, r.count, r.type, r.op, r.root, opt_.ranks,
                          algo_.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, pr.time_us,
-                         pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong, chosen(r, p == 1));
+                         pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong, chosen(r, p == 1), fused);
             std::fflush(csv_);
         }
         if (json_ != nullptr) {
             std::fprintf(json_,
                          "%s\n    {\"collective\": \"%s\", \"algo\": \"%s\", \"place\": \"%s\", \"size_bytes\": %zu, \"count\": %zu, "
                          "\"type\": \"%s\", \"redop\": \"%s\", \"root\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.6f, "
-                         "\"busbw_gbps\": %.6f, \"eff\": %.6f, \"copy_gbps\": %.4f, \"wrong\": %" PRIu64 ", \"mode\": \"sequential\"}",
+                         "\"busbw_gbps\": %.6f, \"eff\": %.6f, \"copy_gbps\": %.4f, \"wrong\": %" PRIu64 ", \"mode\": \"sequential\"%s}",
                          json_rows_ ? "," : "", coll_name(r.coll), algo_.c_str(), place, r.bytes, r.count, r.type, r.op, r.root,
-                         pr.time_us, pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong);
+                         pr.time_us, pr.algbw, pr.busbw, pr.eff, r.cpybw, pr.wrong,
+                         r.fused_us > 0 ? cat(", \"fused_us\": ", std::to_string(r.fused_us)).c_str() : "");
             ++json_rows_;
             std::fflush(json_);
         }
@@ -831,6 +853,64 @@ inline double measure_row_copy(bench_state& st, int rank, std::size_t bytes) {
         st.copy_sync.arrive_and_wait(); // copy_times are free again
     }
     return best;
+}
+
+//! The fused streaming reference of an all_reduce float sum of `count`
+//! elements, timed like a row (warm-up calls, then --reps loops of --iters
+//! calls, latest end - earliest start, fastest loop): rank thread r computes
+//! its 1/n of the 64-byte lines of out_q[i] = in_0[i] + ... + in_{n-1}[i]
+//! for every rank q (in: each rank's A, out: each rank's B) in one pass, in
+//! vector registers, with the widest non-temporal stores the CPU has
+//! (whatever --isa says), then a barrier: the ideal single pass a
+//! shared-memory all_reduce can make. The last count % 16 elements go to
+//! the last rank, scalar. Every rank calls it; rank 0 gets the time per
+//! call in microseconds, the others 0. It overwrites every rank's B.
+inline double measure_row_fused(bench_state& st, int rank, std::size_t count) {
+    namespace d = chorus::detail;
+    const std::size_t n = st.bufs.size();
+    std::vector<const float*> in(n);
+    std::vector<float*> out(n);
+    for (std::size_t q = 0; q < n; ++q) {
+        in[q] = reinterpret_cast<const float*>(st.bufs[q].a.get());
+        out[q] = reinterpret_cast<float*>(st.bufs[q].b.get());
+    }
+    constexpr std::size_t per = 64 / sizeof(float);
+    const d::host_isa isa = d::host_isa_supported(); // the ideal, whatever --isa says
+    const std::size_t lines = count / per, me = std::size_t(rank);
+    const std::size_t l0 = lines * me / n, l1 = lines * (me + 1) / n;
+    const auto one_call = [&] {
+        const chorus::sum op{};
+        if (!d::host_stream_fan_lines(isa, out.data(), int(n), in.data(), int(n), l0 * per, l1 - l0, op))
+            for (std::size_t i = l0 * per; i < l1 * per; ++i) {
+                float v = in[0][i];
+                for (std::size_t q = 1; q < n; ++q) v += in[q][i];
+                for (std::size_t q = 0; q < n; ++q) out[q][i] = v;
+            }
+        if (me + 1 == n)
+            for (std::size_t i = lines * per; i < count; ++i) {
+                float v = in[0][i];
+                for (std::size_t q = 1; q < n; ++q) v += in[q][i];
+                for (std::size_t q = 0; q < n; ++q) out[q][i] = v;
+            }
+        d::store_fence();
+        st.copy_sync.arrive_and_wait();
+    };
+    for (int i = 0; i < st.opt.warmup; ++i) one_call();
+    double best = 0;
+    span_times& t = st.copy_times.front();
+    for (int rep = 0; rep < st.opt.reps; ++rep) {
+        st.copy_sync.arrive_and_wait();
+        t.start[me] = clock_type::now();
+        for (int i = 0; i < st.opt.iters; ++i) one_call();
+        t.end[me] = clock_type::now();
+        st.copy_sync.arrive_and_wait(); // every rank's times are in
+        if (rank == 0) {
+            const double us = t.seconds() * 1e6 / st.opt.iters;
+            if (rep == 0 || us < best) best = us;
+        }
+        st.copy_sync.arrive_and_wait(); // t is free again
+    }
+    return rank == 0 ? best : 0;
 }
 
 //! One sync call of collective `c` under policy `pol`: the run function the
@@ -1004,6 +1084,8 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op, const
             // only after reading them.
         }
         row.cpybw = measure_row_copy(st, rank, bytes);
+        if constexpr (std::is_same_v<T, float> && std::is_same_v<Op, chorus::sum>)
+            if (c == coll_kind::all_reduce) row.fused_us = measure_row_fused(st, rank, count);
         if (rank == 0) {
             for (place_result& pr : row.place)
                 if (pr.valid && row.cpybw > 0)

@@ -86,6 +86,8 @@ std::span<const chorus_cli::option> option_table() {
         {"place", 0, "out|in|both", "out-of-place, in-place or both columns (default both)"},
         {"inplace", 0, {}, "same as --place in"},
         {"outofplace", 0, {}, "same as --place out"},
+        {"isa", 0, "LEVEL", "at most this vector level in chorus's streaming loops and the copy ceiling: "
+                            "generic, sse2, avx2 or avx512 (default: the widest the CPU has)"},
         {"json", 0, "FILE", "also write every row as JSON"},
         {"csv", 0, "FILE", "also write every row as CSV"},
         {"quick", 0, {}, "short sweep 8 B..4 MiB, -n 10 -w 2 (explicit flags still win)"},
@@ -153,6 +155,9 @@ options parse_options(int argc, char** argv) {
         } else if (g.is("outofplace")) {
             o.out_of_place = true;
             o.in_place = false;
+        } else if (g.is("isa")) {
+            const std::size_t k = chorus_cli::parse_choice(v, flag, {"generic", "sse2", "avx2", "avx512"});
+            chorus::detail::host_isa_limit(static_cast<chorus::detail::host_isa>(k));
         } else if (g.is("json")) o.json_path = std::string(v);
         else if (g.is("csv")) o.csv_path = std::string(v);
         else if (!g.is("quick")) chorus_cli::unhandled(g);

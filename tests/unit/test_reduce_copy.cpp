@@ -19,6 +19,18 @@
 // Guard elements around every destination must stay untouched, sources
 // must stay unchanged (unless a destination aliases them).
 //
+// And the streaming interior at every vector level the CPU supports
+// (exec/host_simd.hpp: AVX-512, AVX2, SSE2, and the generic loop, forced
+// with host_isa_limit): every built-in operator on float, double, int8,
+// uint8, int16, int32, int64, uint64 and the copy, against the operator
+// applied element by element, bit for bit: destinations at every
+// element-aligned offset 0..63 bytes from a line, sources at others, counts
+// around the streaming threshold (4 lines) and line boundaries, with and
+// without a second destination, in place (dst == b); integers over their
+// whole range where the operator's arithmetic wraps, floats integer-valued
+// with zeros of both signs and infinities, and NaNs (told apart by their
+// payloads) for min and max.
+//
 // Types: int8..uint64, float, double, and the user types of the collective
 // tests (indexed with argmax, vec3 with vec3_add, affine with the
 // non-commutative compose); operators: every one valid for the type.
@@ -28,6 +40,9 @@
 
 #include <chorus/exec/host_kernel.hpp>
 #include <chorus/exec/lane_reduce_copy.hpp>
+
+#include <cmath>
+#include <limits>
 
 namespace {
 
@@ -311,4 +326,172 @@ TEST_CASE("reduce-copy layer: user types and operators (argmax, vec3 addition, n
     cases += check_pair(ops_of<vec3, vec3_add>());
     cases += check_pair(ops_of<affine, compose_op>());
     MESSAGE(cases << " cases");
+}
+
+// --- the streaming interior at every vector level --------------------------------
+
+namespace {
+
+//! A value of input q (0: a, 1: b) at element i for the vector-level test:
+//! see the file comment.
+template <class T, class Op>
+T level_value(int q, std::size_t i) {
+    std::uint64_t h = (i + 1) * 0x9E3779B97F4A7C15ull + std::uint64_t(q + 1) * 0xC2B2AE3D27D4EB4Full;
+    h ^= h >> 29;
+    h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 32;
+    if constexpr (std::is_floating_point_v<T>) {
+        constexpr bool minmax = std::is_same_v<Op, chorus::min> || std::is_same_v<Op, chorus::max>;
+        switch (h % 16) {
+        case 0: return T(-0.0);
+        case 1: return T(0.0);
+        case 2: return std::numeric_limits<T>::infinity();
+        case 3: return -std::numeric_limits<T>::infinity();
+        case 4:
+        case 5:
+            if constexpr (minmax) { // a quiet NaN whose payload tells which input it came from
+                using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+                U bits;
+                const T nan = std::numeric_limits<T>::quiet_NaN();
+                std::memcpy(&bits, &nan, sizeof(T));
+                bits |= U(q + 1) | (U(h % 2) << (sizeof(T) * 8 - 1)); // payload, and either sign
+                T v;
+                std::memcpy(&v, &bits, sizeof(T));
+                return v;
+            }
+            [[fallthrough]];
+        default: return T(static_cast<int>((h >> 8) % 129) - 64);
+        }
+    } else {
+        // Wrapping arithmetic where the operator's is defined to wrap (types
+        // narrower than int and unsigned types); else small enough for + and
+        // * not to overflow (signed overflow is undefined in the reference too).
+        constexpr bool wraps = sizeof(T) < sizeof(int) || std::is_unsigned_v<T>;
+        constexpr bool arith = std::is_same_v<Op, chorus::sum> || std::is_same_v<Op, chorus::prod> ||
+                               std::is_same_v<Op, chorus::avg>;
+        if constexpr (wraps || !arith) return static_cast<T>(h);
+        else if constexpr (std::is_same_v<Op, chorus::prod>) return static_cast<T>(static_cast<std::int64_t>(h % 60001) - 30000);
+        else return static_cast<T>(static_cast<std::int64_t>(h % 2000000001) - 1000000000);
+    }
+}
+
+//! One element's text for messages (bits in hex: NaN payloads and zero signs show).
+template <class T>
+std::string level_show(const T& v) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, &v, sizeof(T));
+    char hex[24];
+    std::snprintf(hex, sizeof hex, "%llx", static_cast<unsigned long long>(bits));
+    return chorus_test::show(v) + " (0x" + hex + ")";
+}
+
+//! Every case of (T, Op) at the active level: `copy` tests b == null.
+template <class T, class Op>
+void check_levels_pair(bool copy, pair_log& log, const char* level) {
+    static const Op op{};
+    constexpr std::size_t per = 64 / sizeof(T);
+    constexpr std::size_t stream_min = 256 / sizeof(T); // host_reduce_copy's streaming threshold
+    const bool has_fin = chorus::detail::has_finish<Op, T>;
+    const std::size_t counts[] = {stream_min - 1, stream_min, stream_min + per - 1, 5 * per + 1, 37 * per + 3};
+    constexpr std::size_t cap = 37 * per + 3 + 2 * per;
+    std::vector<T> a0(cap), b0(cap), want(cap);
+    for (std::size_t i = 0; i < cap; ++i) {
+        a0[i] = level_value<T, Op>(0, i);
+        b0[i] = level_value<T, Op>(1, i);
+    }
+    // One arena per buffer: 64-byte aligned, room for an offset of up to a line and guard lines.
+    const std::size_t bytes = cap * sizeof(T) + 3 * 64;
+    std::vector<unsigned char> ra(bytes + 64), rb(bytes + 64), rd(bytes + 64), rd2(bytes + 64);
+    auto base = [](std::vector<unsigned char>& r) {
+        const auto p = reinterpret_cast<std::uintptr_t>(r.data());
+        return r.data() + (64 - p % 64) % 64 + 64; // a guard line before
+    };
+    unsigned char *pa = base(ra), *pb = base(rb), *pd = base(rd), *pd2 = base(rd2);
+    for (const std::size_t n : counts)
+        for (const int fin : {0, 1}) {
+            if (fin && !has_fin) continue;
+            const int finish_n = fin ? 3 : 0;
+            for (std::size_t i = 0; i < n; ++i) {
+                T v = copy ? a0[i] : static_cast<T>(op(a0[i], b0[i]));
+                if (finish_n > 0) v = chorus::detail::finish(op, v, finish_n);
+                want[i] = v;
+            }
+            for (std::size_t off = 0; off < per; ++off)
+                for (int variant = 0; variant < 4; ++variant) {
+                    const bool dual = variant & 1, in_place = variant & 2;
+                    if (in_place && copy) continue;
+                    ++log.cases;
+                    // dst at `off`; dst2 in the same phase (or, for one offset, another);
+                    // the sources elsewhere in their lines.
+                    const std::size_t off2 = off == 1 ? 2 : off, offa = (off * 7 + 3) % per, offb = (off + 5) % per;
+                    std::memset(rd.data(), 0xA5, rd.size());
+                    std::memset(rd2.data(), 0xA5, rd2.size());
+                    T* a = reinterpret_cast<T*>(pa) + offa;
+                    T* b = in_place ? reinterpret_cast<T*>(pd) + off : reinterpret_cast<T*>(pb) + offb;
+                    T* d = reinterpret_cast<T*>(pd) + off;
+                    T* d2 = dual ? reinterpret_cast<T*>(pd2) + off2 : nullptr;
+                    std::memcpy(a, a0.data(), n * sizeof(T));
+                    std::memcpy(b, b0.data(), n * sizeof(T));
+                    chorus::detail::host_reduce_copy(d, d2, a, copy ? nullptr : b, n, op, finish_n, true);
+                    chorus::detail::store_fence();
+                    const auto what = [&] {
+                        return std::string(level) + " " + type_name<T>() + " " + (copy ? "copy" : op_name<Op>()) +
+                               " n=" + std::to_string(n) + " dst offset=" + std::to_string(off * sizeof(T)) + "B" +
+                               (fin ? " finish" : "") + (dual ? " dst2" : "") + (in_place ? " in place (dst == b)" : "");
+                    };
+                    for (T* out : {d, d2}) {
+                        if (out == nullptr) continue;
+                        if (std::memcmp(out, want.data(), n * sizeof(T)) != 0) {
+                            std::size_t i = 0;
+                            while (std::memcmp(out + i, &want[i], sizeof(T)) == 0) ++i;
+                            log.add(what() + (out == d2 ? " (dst2)" : "") + ": element " + std::to_string(i) + " is " +
+                                    level_show(out[i]) + ", expected " + level_show(want[i]) + " from a=" +
+                                    level_show(a0[i]) + " b=" + level_show(b0[i]));
+                        }
+                        // Guards: a line before, the rest of the arena after.
+                        const unsigned char* o = reinterpret_cast<const unsigned char*>(out);
+                        const unsigned char* r0 = out == d ? rd.data() : rd2.data();
+                        const unsigned char* r1 = r0 + rd.size();
+                        bool intact = true;
+                        for (const unsigned char* q = r0; q < o; ++q) intact = intact && *q == 0xA5;
+                        for (const unsigned char* q = o + n * sizeof(T); q < r1; ++q) intact = intact && *q == 0xA5;
+                        if (!intact) log.add(what() + ": a byte outside the destination was written");
+                    }
+                    if (std::memcmp(a, a0.data(), n * sizeof(T)) != 0) log.add(what() + ": source a changed");
+                }
+        }
+}
+
+template <class T, class... Ops>
+std::size_t check_levels(op_list<Ops...>*) {
+    using chorus::detail::host_isa;
+    std::size_t cases = 0;
+    const host_isa top = chorus::detail::host_isa_supported();
+    const host_isa before = chorus::detail::host_isa_active();
+    for (int l = static_cast<int>(top); l >= 0; --l) {
+        const auto level = static_cast<host_isa>(l);
+        chorus::detail::host_isa_limit(level);
+        REQUIRE(chorus::detail::host_isa_active() == level);
+        pair_log log;
+        check_levels_pair<T, chorus::sum>(true, log, chorus::detail::host_isa_name(level));
+        check_levels_pair<T, chorus::avg>(true, log, chorus::detail::host_isa_name(level));
+        (check_levels_pair<T, Ops>(false, log, chorus::detail::host_isa_name(level)), ...);
+        for (const auto& s : log.first) FAIL_CHECK(s);
+        const std::string summary = std::string(chorus::detail::host_isa_name(level)) + " " + type_name<T>() + ": " +
+                                    std::to_string(log.count) + " failures";
+        CHECK_MESSAGE(log.count == 0, summary);
+        cases += log.cases;
+    }
+    chorus::detail::host_isa_limit(before);
+    return cases;
+}
+
+} // namespace
+
+TEST_CASE_TEMPLATE("reduce-copy layer: the streaming interior at every vector level the CPU has", T, float, double,
+                   std::int8_t, std::uint8_t, std::int16_t, std::int32_t, std::int64_t, std::uint64_t) {
+    using list = std::conditional_t<std::is_floating_point_v<T>, all_float_ops, all_integral_ops>;
+    const std::size_t cases = check_levels<T>(static_cast<list*>(nullptr));
+    MESSAGE(std::string(type_name<T>()) << ": " << cases << " cases at every level up to "
+                                        << std::string(chorus::detail::host_isa_name(chorus::detail::host_isa_supported())));
 }

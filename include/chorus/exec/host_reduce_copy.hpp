@@ -7,7 +7,11 @@
 //! transfers of 1/2/4/8/16-byte elements on x86-64 the 64-byte aligned
 //! interior is written with non-temporal stores (the data is not re-read
 //! by this core and would only evict useful lines); the caller issues
-//! store_fence() before publishing.
+//! store_fence() before publishing. Copies, and the built-in operators on
+//! arithmetic types, compute each line in vector registers and store it
+//! whole at the widest level the CPU has (exec/host_simd.hpp: AVX-512,
+//! AVX2 or SSE2, chosen at run time); other pairs go element by element
+//! through a 64-byte line buffer and 16-byte stores (the generic loop).
 
 #include <cstddef>
 #include <cstdint>
@@ -15,6 +19,7 @@
 #include <new>
 
 #include "../ops/traits.hpp"
+#include "host_simd.hpp"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #  include <emmintrin.h>
@@ -79,7 +84,11 @@ inline void host_reduce_copy(T* dst, T* dst2, const T* a, const T* b, std::size_
             const std::size_t head = ((line - addr % line) % line) / sizeof(T);
             reduce_copy_scalar(dst, dst2, a, b, head, op, finish_n);
             std::size_t i = head;
-            for (; i + per <= n; i += per) {
+            const std::size_t lines = (n - head) / per;
+            if (host_stream_lines(dst + i, dst2 ? dst2 + i : nullptr, a + i, b ? b + i : nullptr, lines, op,
+                                  finish_n))
+                i += lines * per;
+            for (; i + per <= n; i += per) { // the generic loop
                 alignas(64) T tmp[per];
                 if (b == nullptr && finish_n == 0) {
                     std::memcpy(tmp, a + i, line);
