@@ -276,4 +276,40 @@ inline std::string calls_report(std::uint64_t seq, const std::vector<descriptor>
     return report;
 }
 
+//! A call with its names as text, of fixed size: what ranks of different
+//! processes can read of each other's calls (MPI's checked mode exchanges
+//! it; the small-message protocol's boxes hold it, backend/host_small.hpp).
+//! Longer names are cut.
+struct call_text {
+    call_signature sig;
+    char type_name[48], op_name[48], algo_name[96];
+
+    //! Up to n - 1 characters of src and a terminator (the rest of dst untouched).
+    static void copy(char* dst, std::size_t n, const char* src) {
+        std::size_t k = 0;
+        for (; src != nullptr && src[k] != '\0' && k + 1 < n; ++k) dst[k] = src[k];
+        dst[k] = '\0';
+    }
+    //! Rewrites this record in place (a box's, on every call: no padding written).
+    void set(const descriptor& d) {
+        sig = d.sig;
+        copy(type_name, sizeof type_name, d.type_name);
+        copy(op_name, sizeof op_name, d.op_name);
+        copy(algo_name, sizeof algo_name, d.algo_name);
+    }
+    static call_text of(const descriptor& d) {
+        call_text s{};
+        s.set(d);
+        return s;
+    }
+    descriptor to_descriptor() const {
+        descriptor d{};
+        d.sig = sig;
+        d.type_name = type_name;
+        d.op_name = op_name;
+        d.algo_name = algo_name;
+        return d;
+    }
+};
+
 } // namespace chorus::detail

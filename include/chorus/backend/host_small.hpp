@@ -43,40 +43,6 @@ namespace chorus::detail {
 //! where, within this.
 inline constexpr std::uint64_t host_small_cap = 4096;
 
-//! A call as a box records it for reports: the signature, and the names as
-//! text (a box may be read by another process, where pointers mean
-//! nothing; longer names are cut).
-struct small_record {
-    static constexpr std::size_t name_bytes = 64;
-    call_signature sig{};
-    char type_name[name_bytes] = {};
-    char op_name[name_bytes] = {};
-    char algo_name[name_bytes] = {};
-
-    void set(const descriptor& d) {
-        sig = d.sig;
-        copy(type_name, d.type_name);
-        copy(op_name, d.op_name);
-        copy(algo_name, d.algo_name);
-    }
-    //! The record as a descriptor; its names point into this record.
-    descriptor view() const {
-        descriptor d{};
-        d.sig = sig;
-        d.type_name = type_name;
-        d.op_name = op_name;
-        d.algo_name = algo_name;
-        return d;
-    }
-
-private:
-    static void copy(char (&to)[name_bytes], const char* from) {
-        std::size_t k = 0;
-        for (; from != nullptr && from[k] != '\0' && k + 1 < name_bytes; ++k) to[k] = from[k];
-        to[k] = '\0';
-    }
-};
-
 //! One of a rank's two boxes, indexed by seq & 1. The owner writes data,
 //! hash and record, then `seq` (release); a peer reads them after an
 //! acquire load of `seq` that shows its call. Trivially destructible and
@@ -87,7 +53,7 @@ struct alignas(64) small_box {
     std::atomic<std::uint64_t> seq{0};         //!< the call whose data this box holds
     std::uint64_t hash = 0;                    //!< call_signature::hash() of that call
     alignas(64) unsigned char rest[host_small_cap]; //!< the data of a larger call
-    small_record rec{};                        //!< the call in full: read only to compare and report
+    call_text rec{};                           //!< the call in full, names as text: read only to compare and report
 
     unsigned char* data(std::uint64_t bytes) { return bytes <= line_bytes ? line : rest; }
     const unsigned char* data(std::uint64_t bytes) const { return bytes <= line_bytes ? line : rest; }
@@ -173,10 +139,10 @@ small_failure run_small_call(Env& env, const call& cl, const host_kernel& k, int
                                   std::to_string(q) + " called a different collective";
                 break;
             }
-            if (b.hash != mine.hash || (full && !b.rec.view().same_call(me))) {
+            if (b.hash != mine.hash || (full && !b.rec.to_descriptor().same_call(me))) {
                 f.st = status::mismatch;
                 f.peer = q;
-                f.why = describe(q, b.rec.view());
+                f.why = describe(q, b.rec.to_descriptor());
                 break;
             }
         }
@@ -193,7 +159,7 @@ small_failure run_small_call(Env& env, const call& cl, const host_kernel& k, int
             });
             descriptor& d = state.calls[static_cast<std::size_t>(q)];
             if (got != status::ok) continue;
-            if (b.seq.load(std::memory_order_acquire) >= seq) d = b.rec.view();
+            if (b.seq.load(std::memory_order_acquire) >= seq) d = b.rec.to_descriptor();
             else if (!env.scheduled_call(q, seq, d)) {
                 d = descriptor{}; // unknown: listed as a call of its own
                 d.type_name = d.op_name = d.algo_name = "(not published)";

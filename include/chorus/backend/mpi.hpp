@@ -468,6 +468,22 @@ private:
         return "rank " + std::to_string(r) + " (process " + std::to_string(pids_[static_cast<std::size_t>(r)]) +
                ") died";
     }
+    //! Inside a catch block of a call: this rank fails like one that died
+    //! (its node peers at once, through the abort word), and the exception
+    //! goes on to the caller as it was thrown.
+    [[noreturn]] void fail_current(const char* head_name) {
+        try {
+            throw;
+        } catch (const error& err) {
+            fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + err.what(), err.code(), true);
+            throw;
+        } catch (...) {
+            fail_reason("rank " + std::to_string(rank_) + " failed in " + head_name + ": " +
+                            detail::exception_text(std::current_exception()),
+                        errc::peer_failed, true);
+            throw;
+        }
+    }
     [[noreturn]] void fail_call(const std::string& head, errc code, const std::string& msg) {
         fail_reason("rank " + std::to_string(rank_) + ": " + head + ": " + msg, code, true);
         throw error(code, "chorus::" + head + ": " + msg);
@@ -680,17 +696,10 @@ void mpi_transport::run_schedule(const call& c, std::uint64_t fp, const policy& 
         st = x.run(sch);
         bad = x.bad_peer;
         doing = x.doing;
-    } catch (const error& err) {
-        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + err.what(), err.code(), true);
-        throw;
     } catch (...) {
-        // The operator (user code) threw: this rank fails like one that
-        // died, its node peers at once through the abort word; the
+        // The operator (user code) threw, or the executor failed: the
         // executor retired what MPI still had of the caller's buffers.
-        fail_reason("rank " + std::to_string(rank_) + " failed in " + head_name + ": " +
-                        detail::exception_text(std::current_exception()),
-                    errc::peer_failed, true);
-        throw;
+        fail_current(head_name);
     }
     if (st == detail::status::ok) return;
     if (bad < 0) bad = e.bad_peer;
@@ -775,10 +784,7 @@ inline void mpi_transport::run_small(const call& c, const host_kernel& k) {
     try {
         f = detail::run_small_call(env, c, k, rank_, size_, small_);
     } catch (...) {
-        fail_reason("rank " + std::to_string(rank_) + " failed in " + head_name + ": " +
-                        detail::exception_text(std::current_exception()),
-                    errc::peer_failed, true);
-        throw;
+        fail_current(head_name);
     }
     switch (f.st) {
     case detail::status::ok: return;
@@ -897,14 +903,8 @@ void mpi_transport::run_zero_copy(const call& c, std::uint64_t fp, const policy&
         st = x.run_zero_copy(sch);
         bad = x.bad_peer;
         doing = x.doing;
-    } catch (const error& err) {
-        fail_reason("rank " + std::to_string(rank_) + ": " + head_name + ": " + err.what(), err.code(), true);
-        throw;
     } catch (...) {
-        fail_reason("rank " + std::to_string(rank_) + " failed in " + head_name + ": " +
-                        detail::exception_text(std::current_exception()),
-                    errc::peer_failed, true);
-        throw;
+        fail_current(head_name);
     }
     if (st == detail::status::ok) return;
     if (bad < 0) bad = e.bad_peer;
@@ -926,8 +926,8 @@ inline void mpi_transport::schedule_failed(detail::status st, int bad, const std
 }
 
 inline void mpi_transport::check_all(const detail::descriptor& mine, std::chrono::steady_clock::time_point deadline) {
-    const detail::mpi_signature sig = detail::mpi_signature::of(mine);
-    std::vector<detail::mpi_signature> all(static_cast<std::size_t>(size_));
+    const detail::call_text sig = detail::call_text::of(mine);
+    std::vector<detail::call_text> all(static_cast<std::size_t>(size_));
     MPI_Request r = MPI_REQUEST_NULL;
     detail::mpi_check(MPI_Iallgather(&sig, sizeof sig, MPI_BYTE, all.data(), sizeof sig, MPI_BYTE, comm_, &r),
                       "MPI_Iallgather");
