@@ -135,7 +135,7 @@ std::vector<status> run_lanes(lane_world_host& w, const policy& pol, collective 
         L.sig.op_id = detail::type_hash<Op>();
         L.sig.algo_id = p.id();
         L.timeout_ns = timeout_ms * 1000000ull;
-        L.op = op;
+        L.op.set(op);
     }
     for (int r = 0; r < n; ++r) {
         if (!present.empty() && !present[std::size_t(r)]) continue;

@@ -118,8 +118,9 @@ struct auto_memo {
     }
     //! Which of the 8 entries a call shape uses.
     static unsigned slot(const schedule_args& a) {
-        std::uint64_t h = a.count * a.elem_bytes * 0x9E3779B97F4A7C15ull;
-        h ^= std::uint64_t(a.coll) * 0xBF58476D1CE4E5B9ull + std::uint64_t(a.nranks) * 0x94D049BB133111EBull;
+        std::uint64_t h = a.count * a.elem_bytes * std::uint64_t{0x9E3779B97F4A7C15u};
+        h ^= static_cast<std::uint64_t>(a.coll) * std::uint64_t{0xBF58476D1CE4E5B9u} +
+             static_cast<std::uint64_t>(a.nranks) * std::uint64_t{0x94D049BB133111EBu};
         return unsigned(h >> 61);
     }
 };

@@ -133,7 +133,7 @@ struct exchange_schedule {
             if (counts == nullptr) return {};
             const std::uint64_t row = std::uint64_t(q) * n;
             return {detail::strided_sum(counts, row, std::uint64_t(me), 1),
-                    detail::strided_sum(counts, std::uint64_t(me), std::uint64_t(q), n), counts[row + me]};
+                    detail::strided_sum(counts, std::uint64_t(me), std::uint64_t(q), n), counts[row + std::uint64_t(me)]};
         }
         default: return {};
         }

@@ -129,9 +129,11 @@ struct tree_schedule {
     CHORUS_HD constexpr index_range range(int c, std::uint64_t k, int t) const {
         return detail::piece(half(t), c, nchannels, k, chunks, align);
     }
-    CHORUS_HD constexpr std::uint64_t r_unit(std::uint64_t k, int t, int j) const { return (2 * k + t) * 2 + j; }
+    CHORUS_HD constexpr std::uint64_t r_unit(std::uint64_t k, int t, int j) const {
+        return (2 * k + std::uint64_t(t)) * 2 + std::uint64_t(j);
+    }
     CHORUS_HD constexpr std::uint64_t b_unit(std::uint64_t k, int t) const {
-        return (reduces() ? 4 * chunks : 0) + 2 * k + t;
+        return (reduces() ? 4 * chunks : 0) + 2 * k + std::uint64_t(t);
     }
 
     CHORUS_HD constexpr step unit(int c, std::uint64_t p) const {

@@ -322,7 +322,7 @@ void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* str
     L.sig.algo_id = p.id();
     L.timeout_ns = std::uint64_t(c.settings.timeout.count()) * 1000000ull;
     L.checked = c.settings.checked;
-    L.op = op;
+    L.op.set(op);
     // The blocks of every rank on this device spin on each other: all of
     // them must be resident at once, or the collective could only time out.
     const int blocks = world_->ranks_on_device(dev) * sch.channels();

@@ -258,7 +258,7 @@ private:
         int has_ub = 0;
         mpi_check(MPI_Comm_get_attr(comm_, MPI_TAG_UB, &ub, &has_ub), "MPI_Comm_get_attr(MPI_TAG_UB)");
         if (has_ub && ub != nullptr) tag_ub_ = *static_cast<int*>(ub);
-        tag_top_ = std::bit_width(static_cast<std::uint64_t>(tag_ub_) + 1) - 1;
+        tag_top_ = static_cast<int>(std::bit_width(static_cast<std::uint64_t>(tag_ub_) + 1)) - 1;
     }
     //! Every rank parses the environment it will read (CHORUS_CHECK,
     //! CHORUS_TIMEOUT_MS, CHORUS_SHM_BYTES, CHORUS_RANKS_PER_NODE,

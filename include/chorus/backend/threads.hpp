@@ -642,10 +642,10 @@ inline void threads_transport::run_small(const call& cl, const host_kernel& k) {
     threads_world& w = *world_;
     const int n = w.size();
     const collective coll = cl.coll;
-    small_env env{*this, std::chrono::steady_clock::now() + cl.settings.timeout};
+    small_env e{*this, std::chrono::steady_clock::now() + cl.settings.timeout};
     small_failure f;
     try {
-        f = run_small_call(env, cl, k, rank_, n, small_);
+        f = run_small_call(e, cl, k, rank_, n, small_);
     } catch (...) { // the operator threw: every peer fails at once, this rank gets its exception
         const std::exception_ptr user_error = std::current_exception();
         w.abort(errc::peer_failed, "rank " + std::to_string(rank_) + " failed in " + collective_name(coll) + ": " +
@@ -656,7 +656,7 @@ inline void threads_transport::run_small(const call& cl, const host_kernel& k) {
 
     std::string msg;
     if (f.st == status::timeout) {
-        const std::string missing = small_absent(env, n, cl.seq);
+        const std::string missing = small_absent(e, n, cl.seq);
         msg = detail::timed_out_waiting(cl.settings.timeout.count(), detail::rank_text(f.peer)) +
               " (small-message protocol); " + missing;
         w.abort(errc::timeout, "rank " + std::to_string(rank_) + " timed out in " + collective_name(coll) +

@@ -23,6 +23,7 @@
 //!   void relax() const;                // called between polls of a flag
 
 #include <cstdint>
+#include <new>
 
 #include "../algo/schedule.hpp"
 #include "../core/signature.hpp"
@@ -83,6 +84,16 @@ struct lane_world {
     int nranks = 1;
 };
 
+//! A launch's operator, kept as bytes: Op need not be default-constructible
+//! or assignable (a `__host__ __device__` lambda is neither), only
+//! trivially copyable, as `reduction` requires.
+template <class Op>
+struct op_box {
+    alignas(Op) unsigned char bytes[sizeof(Op)] = {};
+    void set(const Op& o) { ::new (static_cast<void*>(bytes)) Op(o); }
+    CHORUS_HD const Op& get() const { return *reinterpret_cast<const Op*>(bytes); }
+};
+
 //! Everything one rank's launch needs: the same for every channel.
 template <class T, class Op, class Schedule>
 struct lane_launch {
@@ -95,7 +106,7 @@ struct lane_launch {
     lane_signature sig{};
     std::uint64_t timeout_ns = 0;
     bool checked = false; //!< compare calls with every rank before moving data (else: with the peers touched)
-    Op op{};
+    op_box<Op> op{};
 };
 
 //! Per lane group scratch the executor needs (shared memory on a GPU).
@@ -237,7 +248,7 @@ CHORUS_HD status run_lane_channel(const Lanes& lanes, const lane_launch<T, Op, S
     const std::uint64_t seq = lanes.share(lanes.id() == 0 ? own->seq[c] + 1 : std::uint64_t(0));
     const std::uint64_t deadline = lanes.share(lanes.id() == 0 ? lanes.now_ns() + L.timeout_ns : std::uint64_t(0));
     lane_desc mine{L.in, L.out, L.scratch, L.sig};
-    lane_env<T, Op, Lanes> env{lanes, L.world, sh, L.rank, seq, deadline, L.sig, mine, L.op};
+    lane_env<T, Op, Lanes> env{lanes, L.world, sh, L.rank, seq, deadline, L.sig, mine, L.op.get()};
     env.channel = c;
     env.nchannels = L.sch.channels();
     if (lanes.id() == 0) {

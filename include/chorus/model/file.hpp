@@ -122,32 +122,38 @@ inline void parse_correction(topology& t, std::string_view key, std::string_view
 //! comment header; parse() reads it back exactly (shortest round-trip digits).
 inline std::string to_text(const topology& t) {
     using detail::format_number;
+    // append() only: operator+ on a temporary, inlined at -O3, trips GCC 12's
+    // -Wrestrict false positive (GCC bug 105651) in users' -Werror builds.
     std::string s;
-    s += "# chorus cost model (chorus::model::topology): time = (steps * latency_s\n";
-    s += "#   + moved_bytes / bandwidth_Bps + local_bytes / local_Bps + reduced_bytes / reduce_Bps,\n";
-    s += "#   per level) * correction (docs/model.md)\n";
-    s += "ranks_per_node = " + std::to_string(t.ranks_per_node) + "\n";
-    s += "intra.latency_s = " + format_number(t.intra.latency_s) + "\n";
-    s += "intra.bandwidth_Bps = " + format_number(t.intra.bandwidth_Bps) + "\n";
-    s += "inter.latency_s = " + format_number(t.inter.latency_s) + "\n";
-    s += "inter.bandwidth_Bps = " + format_number(t.inter.bandwidth_Bps) + "\n";
-    s += "reduce_Bps = " + format_number(t.reduce_Bps) + "\n";
-    s += "channels = " + std::to_string(t.channels) + "\n";
-    s += "chunk_bytes = " + format_number(t.chunk_bytes) + "\n";
-    s += "local_Bps = " + format_number(t.local_Bps) + "\n";
-    s += std::string("flat_inter = ") + (t.flat_inter ? "1" : "0") + "\n";
-    s += "one_shot_bytes = " + format_number(t.one_shot_bytes) + "\n";
-    s += "small_bytes = " + format_number(t.small_bytes) + "\n";
+    auto line = [&s](std::string_view key, const std::string& value) {
+        s.append(key).append(" = ").append(value).append("\n");
+    };
+    s.append("# chorus cost model (chorus::model::topology): time = (steps * latency_s\n");
+    s.append("#   + moved_bytes / bandwidth_Bps + local_bytes / local_Bps + reduced_bytes / reduce_Bps,\n");
+    s.append("#   per level) * correction (docs/model.md)\n");
+    line("ranks_per_node", std::to_string(t.ranks_per_node));
+    line("intra.latency_s", format_number(t.intra.latency_s));
+    line("intra.bandwidth_Bps", format_number(t.intra.bandwidth_Bps));
+    line("inter.latency_s", format_number(t.inter.latency_s));
+    line("inter.bandwidth_Bps", format_number(t.inter.bandwidth_Bps));
+    line("reduce_Bps", format_number(t.reduce_Bps));
+    line("channels", std::to_string(t.channels));
+    line("chunk_bytes", format_number(t.chunk_bytes));
+    line("local_Bps", format_number(t.local_Bps));
+    line("flat_inter", t.flat_inter ? "1" : "0");
+    line("one_shot_bytes", format_number(t.one_shot_bytes));
+    line("small_bytes", format_number(t.small_bytes));
     if (t.correction_count > 0) {
-        s += "# corrections: measured / predicted at 8 B * 4^i, i = 0.." + std::to_string(correction_points - 1) +
-             " (correction.<collective>.<algorithm>.n<ranks>)\n";
+        s.append("# corrections: measured / predicted at 8 B * 4^i, i = 0..")
+            .append(std::to_string(correction_points - 1))
+            .append(" (correction.<collective>.<algorithm>.n<ranks>)\n");
     }
     for (int i = 0; i < t.correction_count && i < max_corrections; ++i) {
         const correction& k = t.corrections[i];
-        s += std::string("correction.") + collective_name(k.coll) + "." + algorithm_name(k.algo) + ".n" +
-             std::to_string(k.nranks) + " =";
-        for (float r : k.ratio) s += " " + format_number(r);
-        s += "\n";
+        s.append("correction.").append(collective_name(k.coll)).append(".").append(algorithm_name(k.algo));
+        s.append(".n").append(std::to_string(k.nranks)).append(" =");
+        for (float r : k.ratio) s.append(" ").append(format_number(r));
+        s.append("\n");
     }
     return s;
 }

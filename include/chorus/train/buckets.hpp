@@ -136,12 +136,12 @@ public:
     std::size_t bucket_count() const noexcept { return buckets_.size(); }
     //! The bucket that tensor `tensor` belongs to.
     std::size_t bucket_of(std::size_t tensor) const { return bucket_of_.at(tensor); }
-    //! The tensors of bucket `bucket`, in order.
-    std::span<const std::size_t> tensors_in(std::size_t bucket) const { return buckets_.at(bucket).members; }
-    //! Elements in bucket `bucket`.
-    std::size_t elements_in(std::size_t bucket) const { return buckets_.at(bucket).count; }
-    //! True when bucket `bucket` is reduced through a staging buffer (its tensors are not contiguous).
-    bool staged(std::size_t bucket) const { return !buckets_.at(bucket).contiguous; }
+    //! The tensors of bucket `b`, in order.
+    std::span<const std::size_t> tensors_in(std::size_t b) const { return buckets_.at(b).members; }
+    //! Elements in bucket `b`.
+    std::size_t elements_in(std::size_t b) const { return buckets_.at(b).count; }
+    //! True when bucket `b` is reduced through a staging buffer (its tensors are not contiguous).
+    bool staged(std::size_t b) const { return !buckets_.at(b).contiguous; }
     //! Buckets launched so far in the current step.
     std::size_t launched() const noexcept { return next_launch_; }
     //! Completed steps (calls of wait_all()).
