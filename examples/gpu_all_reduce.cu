@@ -34,9 +34,8 @@ int main() {
     }
     // Stream-ordered: each call enqueues one kernel on the rank's stream and returns.
     using wide = chorus::ring<chorus::ring_params{8, 256 << 10}>;
-    for (int r = 0; r < n; ++r)
-        chorus::all_reduce<wide>(comms[r], std::span<float>(thrust::raw_pointer_cast(grad[r].data()), count),
-                                 chorus::avg{}, streams[r]);
+    // A thrust::device_vector is taken as it is (collectives/buffers.hpp).
+    for (int r = 0; r < n; ++r) chorus::all_reduce<wide>(comms[r], grad[r], chorus::avg{}, streams[r]);
     // The _async form returns a chorus::future backed by a CUDA event.
     std::vector<chorus::future> done;
     for (int r = 0; r < n; ++r)

@@ -35,3 +35,4 @@
 #include "collectives/reduce_scatterv.hpp"
 #include "collectives/all_to_allv.hpp"
 #include "collectives/p2p.hpp"
+#include "collectives/buffers.hpp"

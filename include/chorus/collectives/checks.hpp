@@ -25,9 +25,32 @@ inline constexpr bool is_span_v = false;
 template <class X, std::size_t E>
 inline constexpr bool is_span_v<std::span<X, E>> = true;
 
+//! The raw pointer of a contiguous buffer other than std::span: r.data()
+//! where that is a pointer (std::vector, std::array, cuda::std::span,
+//! thrust::host_vector), r.data().get() where it is a fancy pointer
+//! (thrust::device_vector's device_ptr).
+template <class R>
+    requires requires(R& r) { requires std::is_pointer_v<decltype(r.data())>; }
+constexpr auto buffer_data(R& r) {
+    return r.data();
+}
+template <class R>
+    requires requires(R& r) { requires std::is_pointer_v<decltype(r.data().get())>; }
+constexpr auto buffer_data(R& r) {
+    return r.data().get();
+}
+//! A contiguous buffer that is not a std::span: what the buffer forms of
+//! the collectives (collectives/buffers.hpp) take and view as a span.
+template <class R>
+concept buffer_like = !is_span_v<std::remove_cvref_t<R>> && requires(R& r) {
+    { buffer_data(r) };
+    requires std::is_pointer_v<decltype(buffer_data(r))>;
+    { r.size() } -> std::convertible_to<std::size_t>;
+};
+
 //! Distinguishes an operator argument from a buffer in overloads.
 template <class Op>
-concept op_like = std::is_class_v<Op> && !is_span_v<Op>;
+concept op_like = std::is_class_v<Op> && !is_span_v<Op> && !buffer_like<Op>;
 
 template <class Algo, class T>
 constexpr bool check_element() {

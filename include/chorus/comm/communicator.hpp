@@ -28,6 +28,7 @@
 #include "../core/communicator.hpp"
 #include "../core/error.hpp"
 #include "../exec/host_kernel.hpp"
+#include "../ops/operators.hpp"
 #include "../ops/traits.hpp"
 
 namespace chorus {
@@ -147,6 +148,11 @@ public:
     future launch(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, const Op& op,
                   int root, bool async, detail::stream_arg stream = {},
                   std::span<const std::uint64_t> counts = {}) {
+        if constexpr (!std::is_same_v<detail::canonical_op_t<Op, T>, Op>) {
+            // std::plus<> and kin run as the built-in they equal (ops/operators.hpp).
+            (void)op;
+            return launch<T>(pol, coll, in, out, count, detail::canonical_op_t<Op, T>{}, root, async, stream, counts);
+        }
         if constexpr (host_ordered) refuse_stream(coll, stream);
         const issue_guard guard(*this, collective_name(coll));
         if (t_.broken()) throw_broken(collective_name(coll));

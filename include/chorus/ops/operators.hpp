@@ -13,10 +13,16 @@
 //! a call whose operator may throw pays a completion check on MPI
 //! (detail::op_may_throw).
 
+#include <functional>
 #include <limits>
 #include <type_traits>
 
 #include "../core/config.hpp"
+
+#if defined(__CUDACC__) && CHORUS_HAS_LIBCUDACXX
+#  include <cuda/functional>
+#  include <cuda/std/functional>
+#endif
 
 namespace chorus {
 
@@ -126,6 +132,88 @@ struct bit_xor {
 };
 
 namespace detail {
+//! The built-in operator that computes exactly what a standard functor
+//! computes on T, or Op itself: std::plus<> and std::plus<T> on an
+//! arithmetic T are `sum` (likewise multiplies → prod, and bit_and, bit_or,
+//! bit_xor on integers; in CUDA translation units the libcu++ ones, and
+//! cuda::maximum → max, cuda::minimum → min on integers, where the two
+//! agree bit for bit). The communicator runs the built-in, so a standard
+//! functor takes the same vector loops and GPU kernels, and matches a peer
+//! that passed the built-in. Traits of the functors: ops/traits.hpp.
+template <class Op, class T>
+struct canonical_op {
+    using type = Op;
+};
+template <class U, class T>
+inline constexpr bool standard_exact = std::is_arithmetic_v<T> && (std::is_void_v<U> || std::is_same_v<U, T>);
+template <class U, class T>
+inline constexpr bool standard_exact_int = std::is_integral_v<T> && standard_exact<U, T>;
+
+template <class U, class T>
+    requires standard_exact<U, T>
+struct canonical_op<std::plus<U>, T> {
+    using type = sum;
+};
+template <class U, class T>
+    requires standard_exact<U, T>
+struct canonical_op<std::multiplies<U>, T> {
+    using type = prod;
+};
+template <class U, class T>
+    requires standard_exact_int<U, T>
+struct canonical_op<std::bit_and<U>, T> {
+    using type = bit_and;
+};
+template <class U, class T>
+    requires standard_exact_int<U, T>
+struct canonical_op<std::bit_or<U>, T> {
+    using type = bit_or;
+};
+template <class U, class T>
+    requires standard_exact_int<U, T>
+struct canonical_op<std::bit_xor<U>, T> {
+    using type = bit_xor;
+};
+#if defined(__CUDACC__) && CHORUS_HAS_LIBCUDACXX
+template <class U, class T>
+    requires standard_exact<U, T>
+struct canonical_op<cuda::std::plus<U>, T> {
+    using type = sum;
+};
+template <class U, class T>
+    requires standard_exact<U, T>
+struct canonical_op<cuda::std::multiplies<U>, T> {
+    using type = prod;
+};
+template <class U, class T>
+    requires standard_exact_int<U, T>
+struct canonical_op<cuda::std::bit_and<U>, T> {
+    using type = bit_and;
+};
+template <class U, class T>
+    requires standard_exact_int<U, T>
+struct canonical_op<cuda::std::bit_or<U>, T> {
+    using type = bit_or;
+};
+template <class U, class T>
+    requires standard_exact_int<U, T>
+struct canonical_op<cuda::std::bit_xor<U>, T> {
+    using type = bit_xor;
+};
+template <class U, class T>
+    requires standard_exact<U, T> // both `a < b ? b : a`
+struct canonical_op<cuda::maximum<U>, T> {
+    using type = max;
+};
+template <class U, class T>
+    requires standard_exact_int<U, T> // on floats the two differ for NaN and -0
+struct canonical_op<cuda::minimum<U>, T> {
+    using type = min;
+};
+#endif
+template <class Op, class T>
+using canonical_op_t = typename canonical_op<Op, T>::type;
+
 //! Stand-in operator of the collectives that only copy (AllGather,
 //! Broadcast, the exchanges, barrier): never called on data they move.
 struct copy_only {

@@ -4,6 +4,7 @@
 //! operator's members so user operators opt in by declaring them.
 
 #include <concepts>
+#include <functional>
 #include <type_traits>
 
 #include "../core/config.hpp"
@@ -12,6 +13,10 @@
 #if defined(__CUDACC__)
 #  include <cuda_bf16.h>
 #  include <cuda_fp16.h>
+#  if CHORUS_HAS_LIBCUDACXX
+#    include <cuda/functional>
+#    include <cuda/std/functional>
+#  endif
 #endif
 
 namespace chorus {
@@ -45,6 +50,72 @@ struct op_traits {
         else return "user";
     }
 };
+
+namespace detail {
+//! What op_traits reports for a standard library functor, which cannot
+//! declare members: commutative, and integral-only for the bitwise ones.
+template <bool Integral>
+struct standard_op_traits {
+    static constexpr bool commutative = true;
+    static constexpr bool integral_only = Integral;
+    static constexpr bool arithmetic_only = false;
+};
+} // namespace detail
+
+// std::plus<U> and its kin (U = void is the transparent form, std::plus<>).
+template <class U>
+struct op_traits<std::plus<U>> : detail::standard_op_traits<false> {
+    static constexpr const char* name() { return "std::plus"; }
+};
+template <class U>
+struct op_traits<std::multiplies<U>> : detail::standard_op_traits<false> {
+    static constexpr const char* name() { return "std::multiplies"; }
+};
+template <class U>
+struct op_traits<std::bit_and<U>> : detail::standard_op_traits<true> {
+    static constexpr const char* name() { return "std::bit_and"; }
+};
+template <class U>
+struct op_traits<std::bit_or<U>> : detail::standard_op_traits<true> {
+    static constexpr const char* name() { return "std::bit_or"; }
+};
+template <class U>
+struct op_traits<std::bit_xor<U>> : detail::standard_op_traits<true> {
+    static constexpr const char* name() { return "std::bit_xor"; }
+};
+
+#if defined(__CUDACC__) && CHORUS_HAS_LIBCUDACXX
+// libcu++'s, in CUDA translation units (host-compiled code never parses
+// libcu++, core/atomic.hpp).
+template <class U>
+struct op_traits<cuda::std::plus<U>> : detail::standard_op_traits<false> {
+    static constexpr const char* name() { return "cuda::std::plus"; }
+};
+template <class U>
+struct op_traits<cuda::std::multiplies<U>> : detail::standard_op_traits<false> {
+    static constexpr const char* name() { return "cuda::std::multiplies"; }
+};
+template <class U>
+struct op_traits<cuda::std::bit_and<U>> : detail::standard_op_traits<true> {
+    static constexpr const char* name() { return "cuda::std::bit_and"; }
+};
+template <class U>
+struct op_traits<cuda::std::bit_or<U>> : detail::standard_op_traits<true> {
+    static constexpr const char* name() { return "cuda::std::bit_or"; }
+};
+template <class U>
+struct op_traits<cuda::std::bit_xor<U>> : detail::standard_op_traits<true> {
+    static constexpr const char* name() { return "cuda::std::bit_xor"; }
+};
+template <class U>
+struct op_traits<cuda::maximum<U>> : detail::standard_op_traits<false> {
+    static constexpr const char* name() { return "cuda::maximum"; }
+};
+template <class U>
+struct op_traits<cuda::minimum<U>> : detail::standard_op_traits<false> {
+    static constexpr const char* name() { return "cuda::minimum"; }
+};
+#endif
 
 //! The type reductions of T are carried out in: T itself, except for the
 //! 16-bit floating-point types, which accumulate in float.
