@@ -10,7 +10,7 @@
 //! per second, all threads together, best of several repetitions and of
 //! std::memcpy and a streaming-store copy). `eff` is the
 //! least memory traffic the collective must cause, over its time, as a
-//! fraction of that bandwidth (DESIGN.md §9): 1.0 is the physical limit.
+//! fraction of that bandwidth (docs/performance.md): 1.0 is the physical limit.
 //!
 //! Method (what makes the numbers honest):
 //!  - every rank's buffers are allocated once at the largest size, page

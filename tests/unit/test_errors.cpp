@@ -331,7 +331,7 @@ TEST_CASE("a stalled peer makes the waiting ranks time out, naming the collectiv
     }
 }
 
-// DESIGN.md section 7: a stalled peer makes the others fail "with a timeout
+// The no-hang guarantee (docs/reliability.md): a stalled peer makes the others fail "with a timeout
 // error naming the collective and the missing rank". Rank 1 waits for rank 0,
 // which waits for the missing rank 2; rank 1's deadline passes first (a
 // shorter timeout makes that deterministic), yet every message must still
@@ -448,7 +448,7 @@ TEST_CASE("ranks that disagree get an error on every rank, not a hang") {
     });
 }
 
-// DESIGN.md section 7: peers that disagree are "reported on every rank".
+// Checked mode (docs/reliability.md): peers that disagree are "reported on every rank".
 // Broadcast chain: the root only posts progress and never reads a peer's
 // descriptor, so a rank that names a different root goes unnoticed there.
 TEST_CASE("broadcast with different roots is reported on every rank, the root included") {

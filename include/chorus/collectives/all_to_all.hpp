@@ -41,7 +41,7 @@ template <class B, class T, class Op>
 constexpr bool check_exchange_backend() {
     constexpr bool ok = runs_exchange<B, T, Op>();
     static_assert(ok, "chorus: this backend does not run all_to_all and the \"v\" collectives yet "
-                      "(communicator<threads> does)");
+                      "(communicator<threads> and communicator<mpi> do)");
     return ok;
 }
 

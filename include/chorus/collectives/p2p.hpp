@@ -33,7 +33,7 @@ constexpr bool check_p2p() {
     constexpr bool ok = requires(communicator<B>& comm, T* p) {
         comm.template p2p<T>(true, p, std::uint64_t{}, 0, false);
     };
-    static_assert(ok, "chorus: this backend does not run send/recv yet (communicator<threads> does)");
+    static_assert(ok, "chorus: this backend does not run send/recv yet (communicator<threads> and communicator<mpi> do)");
     return ok && std::is_trivially_copyable_v<T>;
 }
 

@@ -14,9 +14,9 @@
 //! Every rank applies the same averaged gradients, in the same order, so
 //! the replicas agree after every applied AllReduce; they differ only in
 //! which parameters each rank computed its later gradients on. Stale
-//! gradients are why the seed lecture pairs asynchronous training with
-//! gradient clipping and a learning-rate warm-up (train/schedule.hpp):
-//! apply them in the callback.
+//! gradients are why asynchronous training is usually paired with gradient
+//! clipping and a learning-rate warm-up (train/schedule.hpp): apply them in
+//! the callback.
 //!
 //! Two policies:
 //!
