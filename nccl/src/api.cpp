@@ -306,7 +306,7 @@ void group_failed(ncclResult_t code) {
 // Operations: checks, then run or queue
 // ---------------------------------------------------------------------------
 
-const char* type_name(ncclDataType_t t) {
+const char* type_name(int t) {
     switch (t) {
     case ncclInt8: return "ncclInt8";
     case ncclUint8: return "ncclUint8";
@@ -324,7 +324,7 @@ const char* type_name(ncclDataType_t t) {
     }
 }
 
-std::size_t type_size(ncclDataType_t t) {
+std::size_t type_size(int t) {
     switch (t) {
     case ncclInt8:
     case ncclUint8:
@@ -356,11 +356,11 @@ void validate(const char* fn, const op_desc& d) {
     }
     const char* tn = type_name(d.type);
     if (tn == nullptr)
-        bad_arg(fn, "`datatype` " + std::to_string(int(d.type)) + " is not an NCCL data type (0.." +
+        bad_arg(fn, "`datatype` " + std::to_string(d.type) + " is not an NCCL data type (0.." +
                         std::to_string(int(ncclNumTypes) - 1) + ")");
     if (reduces(d.kind)) {
-        if (int(d.red) < 0 || int(d.red) >= int(ncclNumOps))
-            bad_arg(fn, "`op` " + std::to_string(int(d.red)) +
+        if (d.red < 0 || d.red >= int(ncclNumOps))
+            bad_arg(fn, "`op` " + std::to_string(d.red) +
                             " is not ncclSum, ncclProd, ncclMax, ncclMin or ncclAvg (operators from "
                             "ncclRedOpCreatePreMulSum are not supported)");
         if (type_size(d.type) < 4 && d.type != ncclInt8 && d.type != ncclUint8)
@@ -602,7 +602,7 @@ ncclResult_t ncclGetVersion(int* version) {
 }
 
 const char* ncclGetErrorString(ncclResult_t result) {
-    switch (result) {
+    switch (raw(result)) {
     case ncclSuccess: return "no error";
     case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=WARN for details)";
     case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=WARN for details)";
@@ -782,45 +782,45 @@ ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
 
 ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t /*stream: host path*/) {
-    return submit("ncclAllReduce", op_desc{op_kind::all_reduce, sendbuff, recvbuff, count, datatype, op, 0, comm});
+    return submit("ncclAllReduce", op_desc{op_kind::all_reduce, sendbuff, recvbuff, count, raw(datatype), raw(op), 0, comm});
 }
 
 ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, ncclDataType_t datatype,
                            ncclComm_t comm, cudaStream_t) {
     return submit("ncclAllGather",
-                  op_desc{op_kind::all_gather, sendbuff, recvbuff, sendcount, datatype, ncclSum, 0, comm});
+                  op_desc{op_kind::all_gather, sendbuff, recvbuff, sendcount, raw(datatype), ncclSum, 0, comm});
 }
 
 ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, ncclDataType_t datatype,
                                ncclRedOp_t op, ncclComm_t comm, cudaStream_t) {
     return submit("ncclReduceScatter",
-                  op_desc{op_kind::reduce_scatter, sendbuff, recvbuff, recvcount, datatype, op, 0, comm});
+                  op_desc{op_kind::reduce_scatter, sendbuff, recvbuff, recvcount, raw(datatype), raw(op), 0, comm});
 }
 
 ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, int root,
                            ncclComm_t comm, cudaStream_t) {
     return submit("ncclBroadcast",
-                  op_desc{op_kind::broadcast, sendbuff, recvbuff, count, datatype, ncclSum, root, comm});
+                  op_desc{op_kind::broadcast, sendbuff, recvbuff, count, raw(datatype), ncclSum, root, comm});
 }
 
 ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                        cudaStream_t) {
-    return submit("ncclBcast", op_desc{op_kind::broadcast, buff, buff, count, datatype, ncclSum, root, comm});
+    return submit("ncclBcast", op_desc{op_kind::broadcast, buff, buff, count, raw(datatype), ncclSum, root, comm});
 }
 
 ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype, ncclRedOp_t op,
                         int root, ncclComm_t comm, cudaStream_t) {
-    return submit("ncclReduce", op_desc{op_kind::reduce, sendbuff, recvbuff, count, datatype, op, root, comm});
+    return submit("ncclReduce", op_desc{op_kind::reduce, sendbuff, recvbuff, count, raw(datatype), raw(op), root, comm});
 }
 
 ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t) {
-    return submit("ncclSend", op_desc{op_kind::send, sendbuff, nullptr, count, datatype, ncclSum, peer, comm});
+    return submit("ncclSend", op_desc{op_kind::send, sendbuff, nullptr, count, raw(datatype), ncclSum, peer, comm});
 }
 
 ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                       cudaStream_t) {
-    return submit("ncclRecv", op_desc{op_kind::recv, nullptr, recvbuff, count, datatype, ncclSum, peer, comm});
+    return submit("ncclRecv", op_desc{op_kind::recv, nullptr, recvbuff, count, raw(datatype), ncclSum, peer, comm});
 }
 
 ncclResult_t ncclGroupStart() {

@@ -22,6 +22,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -63,11 +64,23 @@ struct op_desc {
     const void* send = nullptr; //!< sendbuff; recvbuff for ncclRecv
     void* recv = nullptr;
     std::size_t count = 0; //!< NCCL's count argument (per rank for AllGather and ReduceScatter)
-    ncclDataType_t type = ncclFloat;
-    ncclRedOp_t red = ncclSum;
+    // NCCL's enums as their raw values (raw()): a C caller may pass any int,
+    // and an out-of-range value must be rejected, not loaded as the enum.
+    int type = ncclFloat;
+    int red = ncclSum;
     int root = 0; //!< root, or the peer of a send/recv
     ncclComm* comm = nullptr;
 };
+
+//! The value of an NCCL enum argument as the caller passed it (copied, not
+//! loaded as the enum: a C caller may pass a value outside the enum's range).
+template <class E>
+int raw(E e) noexcept {
+    static_assert(sizeof(E) == sizeof(int));
+    int v;
+    std::memcpy(&v, &e, sizeof v);
+    return v;
+}
 
 //! Runs `d` on its communicator: synchronously (returns an empty future),
 //! or queued on the communicator's host stream (`async`). Throws

@@ -14,7 +14,7 @@ namespace chorus_nccl {
 
 //! Calls f(op) with the chorus operator NCCL's `red` names.
 template <class F>
-chorus::future with_operator(ncclRedOp_t red, F&& f) {
+chorus::future with_operator(int red, F&& f) {
     switch (red) {
     case ncclSum: return f(chorus::sum{});
     case ncclProd: return f(chorus::prod{});
@@ -24,7 +24,7 @@ chorus::future with_operator(ncclRedOp_t red, F&& f) {
     default: break;
     }
     // Validated at the call; reaching here is a bug.
-    throw chorus::error(chorus::errc::internal, "libchorus_nccl: operator " + std::to_string(int(red)) +
+    throw chorus::error(chorus::errc::internal, "libchorus_nccl: operator " + std::to_string(red) +
                                                     " reached the dispatch unvalidated");
 }
 

@@ -28,7 +28,7 @@ chorus::future issue(const op_desc& d, bool async) {
     case ncclFloat8e5m2: return issue_typed<std::uint8_t, false>(d, async);
     default: break;
     }
-    throw chorus::error(chorus::errc::internal, "libchorus_nccl: data type " + std::to_string(int(d.type)) +
+    throw chorus::error(chorus::errc::internal, "libchorus_nccl: data type " + std::to_string(d.type) +
                                                     " reached the dispatch unvalidated");
 }
 
