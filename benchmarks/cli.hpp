@@ -10,7 +10,10 @@
 //!    range, non-negative numbers, comma lists of names with "all", fixed
 //!    choices; every error names the option as it was typed;
 //!  - the collectives the programs measure, by name, with nccl-tests' bus
-//!    bandwidth factors.
+//!    bandwidth factors;
+//!  - nccl-tests' command line and size semantics (nccl_rows, nccl_options,
+//!    nccl_count, nccl_size_bytes, nccl_algbw/busbw, nccl_sizes), which the
+//!    four benchmark programs read (the tools keep their own options).
 //! Policies by name are the library's (chorus::policy_names,
 //! chorus::policy_from_name): parse_policies only reads them.
 //!
@@ -425,10 +428,10 @@ inline std::vector<coll_kind> parse_collectives(std::string_view s, std::string_
 // What the benchmarks sweep
 // ---------------------------------------------------------------------------
 
-//! What chorus_bench, chorus_bench_mpi and chorus_bench_gpu sweep, read
-//! the nccl-tests way (-b -e -f -n -w, --reps) with --collectives; a
-//! program's defaults are these initialisers or what its options'
-//! constructor sets.
+//! A sweep, read the nccl-tests way (-b -e -f -n -w, --reps) with
+//! --collectives; a program's defaults are these initialisers or what its
+//! options' constructor sets. The benchmarks read it through nccl_rows
+//! (nccl_options adds nccl-tests' other options); sweep_rows reads it alone.
 struct sweep_options {
     std::vector<coll_kind> colls{std::begin(all_colls), std::end(all_colls)};
     std::size_t min_bytes = 8;
@@ -440,7 +443,7 @@ struct sweep_options {
     bool reps_given = false; //!< --reps was given (the interleaved comparisons default to 3)
 };
 
-//! Sweep sizes: min, min*f, ... up to max.
+//! Sweep sizes: min, min*f, ... up to max (nccl_sizes: with -i too).
 inline std::vector<std::size_t> sweep_sizes(const sweep_options& o) {
     std::vector<std::size_t> sizes;
     for (std::size_t s = o.min_bytes; s <= o.max_bytes; s *= o.step_factor) {
