@@ -156,17 +156,17 @@ static_assert(ring_policy(4, 64 << 10) ==
 // Options
 // ---------------------------------------------------------------------------
 
-//! The sweep (cli.hpp: the collectives, -b -e -f -n -w --reps) and -c, the
-//! same in chorus_bench and chorus_bench_gpu.
-struct sweep_options : chorus_cli::sweep_options {
-    bool check = true;
-};
-using chorus_cli::sweep_sizes;
+//! The sweep and nccl-tests' other options (cli.hpp: the collectives, -b -e
+//! -i -f -n -m -w -c ..., --reps), the same in chorus_bench and
+//! chorus_bench_gpu.
+struct sweep_options : chorus_cli::nccl_options {};
+using chorus_cli::nccl_sizes;
 
 struct options : sweep_options {
     std::vector<op_kind> ops{op_kind::sum};
     std::vector<type_kind> types{type_kind::float32};
-    int ranks = 2;
+    int ranks = 2;        //!< -t x -g, or --ranks
+    bool span_time = false; //!< --span: time = latest end - earliest start over ranks (not -a)
     int root = 0;
     std::string algo = "ring";              //!< the policy of the table being measured
     std::vector<std::string> algos{"ring"}; //!< --algo: every policy to measure, in order
@@ -546,19 +546,27 @@ public:
         std::printf("# %s\n", opt_.command_line.c_str());
         std::printf("# chorus %s, threads backend: %d ranks as threads on %u hardware threads%s\n",
                     version_string().c_str(), n, hw, hw != 0 && unsigned(n) > hw ? " (oversubscribed)" : "");
+        std::printf("%s\n", chorus_cli::nccl_config_line(opt_).c_str());
+        for (const std::string& note : opt_.notes) std::printf("# %s\n", note.c_str());
+        if (opt_.blocking == 1) std::printf("# Blocking Enabled: barrier after each call (-z 1)\n");
+        if (opt_.blocking == 3) std::printf("# Blocking Enabled: barrier after each iteration (-n), not timed (-z 3)\n");
+        if (opt_.unalign != 0) std::printf("# unalign: operands start %d elements past page alignment (-u)\n", opt_.unalign);
         std::string algos;
         for (const std::string& a : opt_.algos) algos += (algos.empty() ? "" : ",") + a;
         std::printf("# algo %s (channels %d, chunk_bytes %zu), iters %d, warmup %d, check %d, root %d\n",
-                    algos.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? 1 : 0,
+                    algos.c_str(), opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check,
                     opt_.root);
-        std::printf("# buffers: 2 x %s per rank, page aligned, pre-faulted\n", human_bytes(opt_.max_bytes).c_str());
+        std::printf("# buffers: 2 x %s per rank, page aligned, pre-faulted\n",
+                    human_bytes(opt_.max_bytes + std::size_t(opt_.unalign) * 8).c_str());
         std::printf("# memcpy (%d threads, %s): %.1f GB/s (read+write); streaming-store copy: %.1f GB/s\n", n,
                     human_bytes(copy_bytes).c_str(), memcpy_gbps, streaming_gbps);
         std::printf("# copy ceiling: the better of memcpy and %s\n", streaming_copy_name().c_str());
         std::printf("#\n"
-                    "# S = size(B). algbw = S / time. busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md):\n"
-                    "#   all_reduce S = count * sizeof(T), factor 2(n-1)/n; all_gather and reduce_scatter\n"
-                    "#   S = n * count * sizeof(T) (count is per rank), factor (n-1)/n; broadcast, reduce factor 1.\n"
+                    "# S = size(B), nccl-tests' size: all_reduce, broadcast, reduce the buffer, S = count * sizeof(T);\n"
+                    "#   all_gather the whole receive buffer and reduce_scatter the whole send buffer, S = n * count *\n"
+                    "#   sizeof(T), count per rank (-b/-e / n rounded down to 16-byte groups, as nccl-tests rounds).\n"
+                    "# algbw = S / time. busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md): all_reduce 2(n-1)/n,\n"
+                    "#   all_gather and reduce_scatter (n-1)/n, broadcast and reduce 1.\n"
                     "# cpybw = copy bandwidth, S bytes per thread, the %d rank threads right after the row's timing,\n"
                     "#   read+write, best of several and of memcpy and streaming (non-temporal) stores\n"
                     "#   (the line above: the same before the sweep).\n"
@@ -567,15 +575,19 @@ public:
                     "#   all_reduce 2nS, all_gather S + nS, reduce_scatter nS + S, broadcast S + (n-1)S, reduce nS + S.\n"
                     "#   It is a bound once the data exceed the caches; for cache-resident sizes the copy and the\n"
                     "#   collective touch different working sets, and eff can exceed 1.\n"
-                    "# time = (latest end - earliest start, over ranks) / %d back-to-back calls, after %d warm-up calls;\n"
-                    "#   with --reps R, the fastest of R such loops.\n"
+                    "# time = %s, per call: each rank times %lld back-to-back calls (-n x -m) after %d warm-up\n"
+                    "#   calls and a barrier; with --reps R, the fastest of R such loops.%s\n"
                     "# #wrong: elements differing from a serial reference (tolerance 0), plus writes past the output\n"
                     "#   and changes to an out-of-place input.\n"
                     "# fused: after each all_reduce float sum row, a hand-written fused streaming reference timed the\n"
                     "#   same way on the same %d threads: thread r computes its 1/n of out_q[i] = in_0[i] + ... +\n"
                     "#   in_{n-1}[i] for every rank q in one pass (%d-byte %s non-temporal stores, whatever\n"
                     "#   --isa says), then a barrier; and the row's time over it.\n",
-                    n, opt_.iters, opt_.warmup, n,
+                    n,
+                    opt_.span_time && opt_.blocking != 3 ? "latest end - earliest start over ranks (--span)"
+                                                        : chorus_cli::nccl_average_name(opt_.average),
+                    opt_.timed_calls(), opt_.warmup,
+                    opt_.report_cputime ? " cputime (-C 1): the same, calls are synchronous here." : "", n,
                     int(chorus::detail::host_isa_store_bytes(chorus::detail::host_isa_supported())),
                     chorus::detail::host_isa_name(chorus::detail::host_isa_supported()));
         std::fflush(stdout);
@@ -584,11 +596,13 @@ public:
             std::fprintf(json_,
                          "{\n  \"command\": \"%s\",\n  \"version\": \"%s\",\n  \"backend\": \"threads\",\n"
                          "  \"ranks\": %d,\n  \"hardware_threads\": %u,\n  \"algo\": \"%s\",\n  \"channels\": %d,\n"
-                         "  \"chunk_bytes\": %zu,\n  \"iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
+                         "  \"chunk_bytes\": %zu,\n  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"warmup\": %d,\n  \"check\": %s,\n"
+                         "  \"check_calls\": %d,\n  \"average\": %d,\n  \"span_time\": %s,\n"
                          "  \"root\": %d,\n  \"copy_bytes\": %zu,\n  \"memcpy_gbps\": %.4f,\n  \"streaming_copy_gbps\": %.4f,\n"
                          "  \"streaming_copy\": \"%s\",\n  \"fused_reference\": \"%d-byte %s non-temporal stores\",\n  \"rows\": [",
                          json_escape(opt_.command_line).c_str(), version_string().c_str(), n, hw, algos.c_str(),
-                         opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.warmup, opt_.check ? "true" : "false",
+                         opt_.channels, opt_.chunk_bytes, opt_.iters, opt_.agg_iters, opt_.warmup,
+                         opt_.check ? "true" : "false", opt_.check, opt_.average, opt_.span_time ? "true" : "false",
                          opt_.root, copy_bytes, memcpy_gbps, streaming_gbps, json_escape(streaming_copy_name()).c_str(),
                          int(chorus::detail::host_isa_store_bytes(chorus::detail::host_isa_supported())),
                          chorus::detail::host_isa_name(chorus::detail::host_isa_supported()));
@@ -617,8 +631,10 @@ public:
         std::printf("%s\n", groups.substr(0, groups.find_last_not_of(' ') + 1).c_str());
         std::printf("#%14s %10s %7s %6s %5s", "size", "count", "type", "redop", "root");
         for (int p = 0; p < 2; ++p)
-            if (enabled(p)) std::printf(" %10s %8s %8s %6s %7s", "time", "algbw", "busbw", "eff", "#wrong");
-        std::printf(" %8s %18s\n", "cpybw", "automatic picks");
+            if (enabled(p))
+                std::printf(" %10s %8s %8s %6s %7s", opt_.report_cputime ? "cputime" : "time", "algbw", "busbw", "eff",
+                            "#wrong");
+        std::printf(" %8s %18s%s\n", "cpybw", "automatic picks", opt_.report_timestamps ? "  timestamp" : "");
         std::printf("#%14s %10s %7s %6s %5s", "(B)", "(elements)", "", "", "");
         for (int p = 0; p < 2; ++p)
             if (enabled(p)) std::printf(" %10s %8s %8s %6s %7s", "(us)", "(GB/s)", "(GB/s)", "", "");
@@ -642,7 +658,8 @@ public:
             wrong_total_ += pr.wrong;
             write_files(r, p);
         }
-        std::printf(" %8.2f %18s\n", r.cpybw, chosen(r));
+        std::printf(" %8.2f %18s%s%s\n", r.cpybw, chosen(r), opt_.report_timestamps ? "  " : "",
+                    opt_.report_timestamps ? chorus_cli::timestamp_now().c_str() : "");
         if (r.fused_us > 0) {
             std::printf("#%14s fused reference %10.2f us", "", r.fused_us);
             for (int p = 0; p < 2; ++p)
@@ -689,10 +706,10 @@ public:
         for (const std::string& a : rows.front()->algos) names += (names.empty() ? "" : ",") + a;
         std::printf("#\n# %s: automatic against the best fixed policy, INTERLEAVED (not the tables above): per size\n"
                     "#   and repetition every policy in turn on the same %d rank threads, the first one rotated each\n"
-                    "#   repetition; %d warm-up + %d timed calls per policy per repetition, fastest of %d repetitions;\n"
+                    "#   repetition; %d warm-up + %lld timed calls per policy per repetition, fastest of %d repetitions;\n"
                     "#   float, sum. Policies: %s.\n"
                     "#   auto chose: the algorithm automatic ran. #wrong: over every policy's checked call.\n",
-                    coll_name(c), opt_.ranks, opt_.warmup, opt_.iters, rows.front()->reps, names.c_str());
+                    coll_name(c), opt_.ranks, opt_.warmup, opt_.timed_calls(), rows.front()->reps, names.c_str());
         std::printf("#%14s %5s %6s %19s %10s %10s %9s %9s %6s %18s %7s\n", "size(B)", "place", "redop", "best fixed",
                     "best(us)", "auto(us)", "auto/best", "ring/auto", "<=1.10", "auto chose", "#wrong");
         int missed = 0;
@@ -815,7 +832,7 @@ private:
 //! barrier.
 struct bench_state {
     bench_state(const options& o, std::vector<rank_buffers>& b, const std::vector<std::size_t>& s, reporter& r)
-        : opt(o), bufs(b), sizes(s), rep(r), rank_times(b.size()), rank_wrong(b.size()),
+        : opt(o), bufs(b), sizes(s), rep(r), rank_times(b.size()), rank_secs(b.size()), rank_wrong(b.size()),
           copy_sync(static_cast<std::ptrdiff_t>(b.size())),
           copy_times(std::size_t(o.quick ? 3 : 5), span_times(b.size())) {}
 
@@ -824,6 +841,7 @@ struct bench_state {
     const std::vector<std::size_t>& sizes;
     reporter& rep;
     span_times rank_times; //!< of the timed loop, per rank
+    std::vector<double> rank_secs; //!< each rank's own time of the timed loop (what -a combines)
     std::vector<std::uint64_t> rank_wrong;
     //! The per-row copy ceiling is synchronised with a std::barrier, not
     //! with chorus, so it measures nothing of the library.
@@ -911,6 +929,53 @@ inline double measure_row_fused(bench_state& st, int rank, std::size_t count) {
         st.copy_sync.arrive_and_wait(); // t is free again
     }
     return rank == 0 ? best : 0;
+}
+
+//! One rank's timed loop of a row, between barriers: -n iterations of -m
+//! calls (no grouping on the host: -m multiplies the calls), with -z 1 a
+//! barrier after every call (timed, as nccl-tests times it), with -z 3 a
+//! barrier after every iteration that is left out of the time. Records the
+//! rank's start and end (--span) and its own elapsed seconds (-a); rank 0
+//! reads them with row_seconds() after it returns, and they are written
+//! again only after a later barrier.
+template <class Call>
+void timed_loop(comm_type& comm, bench_state& st, Call&& call) {
+    const options& opt = st.opt;
+    const std::size_t me = std::size_t(comm.rank());
+    chorus::barrier(comm);
+    if (opt.blocking == 3) {
+        double secs = 0;
+        st.rank_times.start[me] = clock_type::now();
+        for (int it = 0; it < opt.iters; ++it) {
+            const auto t0 = clock_type::now();
+            for (int k = 0; k < opt.agg_iters; ++k) call();
+            secs += std::chrono::duration<double>(clock_type::now() - t0).count();
+            chorus::barrier(comm);
+        }
+        st.rank_times.end[me] = clock_type::now();
+        st.rank_secs[me] = secs;
+    } else {
+        const long long calls = opt.timed_calls();
+        st.rank_times.start[me] = clock_type::now();
+        for (long long i = 0; i < calls; ++i) {
+            call();
+            if (opt.blocking == 1) chorus::barrier(comm);
+        }
+        st.rank_times.end[me] = clock_type::now();
+        st.rank_secs[me] = std::chrono::duration<double>(st.rank_times.end[me] - st.rank_times.start[me]).count();
+    }
+    chorus::barrier(comm); // every rank's times are in
+}
+
+//! Rank 0, after timed_loop: seconds per call. -a combines the ranks' own
+//! times (nccl-tests: 0 rank 0's, 1 the mean, 2 the least, 3 the greatest);
+//! --span takes latest end - earliest start over ranks instead (not with
+//! -z 3, whose barriers are not timed).
+inline double row_seconds(const bench_state& st) {
+    const double total = st.opt.span_time && st.opt.blocking != 3
+                             ? st.rank_times.seconds()
+                             : chorus_cli::nccl_combine(st.rank_secs, st.opt.average);
+    return total / double(st.opt.timed_calls());
 }
 
 //! One sync call of collective `c` under policy `pol`: the run function the
@@ -1017,14 +1082,16 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op, const
     const int rank = comm.rank();
     const int root = coll_uses_root(c) ? opt.root : -1;
     const data_pattern<T> pat = make_pattern<T>(op, n);
-    T* const a = reinterpret_cast<T*>(st.bufs[std::size_t(rank)].a.get());
-    T* const b = reinterpret_cast<T*>(st.bufs[std::size_t(rank)].b.get());
+    // -u: the operands start that many elements past the page alignment (the buffers have room for it).
+    T* const a = reinterpret_cast<T*>(st.bufs[std::size_t(rank)].a.get()) + opt.unalign;
+    T* const b = reinterpret_cast<T*>(st.bufs[std::size_t(rank)].b.get()) + opt.unalign;
 
+    for (int cycle = 0; opt.run_cycles == 0 || cycle < opt.run_cycles; ++cycle)
     for (const std::size_t nominal : st.sizes) {
-        const std::size_t elems = nominal / sizeof(T);
-        const std::size_t count = coll_count_per_rank(c) ? elems / std::size_t(n) : elems;
+        // nccl-tests' counts: per rank for all_gather and reduce_scatter, rounded to 16-byte groups.
+        const std::size_t count = chorus_cli::nccl_count(c, nominal, sizeof(T), n);
         if (count == 0) continue; // identical on every rank
-        const std::size_t bytes = (coll_count_per_rank(c) ? count * std::size_t(n) : count) * sizeof(T);
+        const std::size_t bytes = chorus_cli::nccl_size_bytes(c, count, sizeof(T), n);
 
         row_result row;
         row.coll = c;
@@ -1047,26 +1114,22 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op, const
             if (inplace) fill_value(o.region, o.region_count, pat.stable);
             else fill_from(o.in_ptr, o.in_count, pat.row(rank), 0);
             for (int i = 0; i < opt.warmup; ++i) call_collective<T, Op>(pol, c, comm, in, out, inplace, root);
-            double best_s = 0;
+            double best_s = 0; // seconds per call
             for (int rep = 0; rep < opt.reps; ++rep) { // --reps: the best of several timed loops
-                chorus::barrier(comm);
-                st.rank_times.start[std::size_t(rank)] = clock_type::now();
-                for (int i = 0; i < opt.iters; ++i) call_collective<T, Op>(pol, c, comm, in, out, inplace, root);
-                st.rank_times.end[std::size_t(rank)] = clock_type::now();
-                chorus::barrier(comm); // every rank's times are in
+                timed_loop(comm, st, [&] { call_collective<T, Op>(pol, c, comm, in, out, inplace, root); });
                 if (rank == 0) {
-                    const double sec = st.rank_times.seconds();
+                    const double sec = row_seconds(st);
                     if (rep == 0 || sec < best_s) best_s = sec;
                 }
             }
 
-            // Check: one more call on fresh verifiable data.
+            // Check (-c N): N more calls, each on fresh verifiable data; #wrong sums them.
             std::uint64_t wrong = 0;
-            if (opt.check) {
+            for (int k = 0; k < opt.check; ++k) {
                 chorus::barrier(comm); // nobody refills while a peer could still be in the timed loop
                 fill_for_check(c, rank, root, count, o, pat);
                 call_collective<T, Op>(pol, c, comm, in, out, inplace, root);
-                wrong = verify(c, inplace, rank, n, root, count, o, pat);
+                wrong += verify(c, inplace, rank, n, root, count, o, pat);
             }
             st.rank_wrong[std::size_t(rank)] = wrong;
             chorus::barrier(comm);
@@ -1074,11 +1137,10 @@ void bench_rows(comm_type& comm, bench_state& st, coll_kind c, op_kind op, const
             if (rank == 0) {
                 place_result& pr = row.place[place];
                 pr.valid = true;
-                pr.time_us = best_s * 1e6 / opt.iters;
+                pr.time_us = best_s * 1e6;
                 for (std::uint64_t w : st.rank_wrong) pr.wrong += w;
-                const double secs = pr.time_us * 1e-6;
-                pr.algbw = double(bytes) / secs / 1e9;
-                pr.busbw = pr.algbw * bus_factor(c, n);
+                pr.algbw = chorus_cli::nccl_algbw(c, count, sizeof(T), n, best_s);
+                pr.busbw = chorus_cli::nccl_busbw(c, count, sizeof(T), n, best_s);
             }
             // The next write to rank_times/rank_wrong follows at least one more barrier that rank 0 enters
             // only after reading them.

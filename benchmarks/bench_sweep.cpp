@@ -14,6 +14,7 @@ void run_sweep(bench_state& st, coll_kind c, type_kind t, const chorus::policy& 
     with_type(t, [&](auto type_tag) {
         using T = typename decltype(type_tag)::type;
         chorus::run_threads(st.opt.ranks, [&](comm_type& comm) {
+            if (st.opt.timeout_s > 0) comm.set_timeout(std::chrono::seconds(st.opt.timeout_s));
             if (!coll_uses_op(c)) {
                 bench_rows<T, chorus::sum>(comm, st, c, op_kind::sum, pol);
                 return;

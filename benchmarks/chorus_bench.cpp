@@ -15,10 +15,15 @@
 //! Method (what makes the numbers honest):
 //!  - every rank's buffers are allocated once at the largest size, page
 //!    aligned, and pre-faulted (every page touched) before anything is timed;
+//!  - the command line and the sizes are nccl-tests' (cli.hpp: nccl_rows,
+//!    nccl_count): ranks = -t x -g threads; the size of an all_gather row is
+//!    its whole receive buffer, of a reduce_scatter row its whole send buffer;
 //!  - per size and placement, each rank runs `warmup` calls, a barrier, then
-//!    `iters` back-to-back calls; time = (latest end - earliest start over
-//!    ranks) / iters, which stays right when ranks outnumber cores;
-//!  - the check (-c 1) is a separate call on fresh, integer-valued inputs whose
+//!    -n x -m back-to-back calls; time = the ranks' own times combined as
+//!    nccl-tests' -a says (default: the mean), / calls; --span takes latest
+//!    end - earliest start over ranks instead (this program's measure before
+//!    issue 19), which stays right when ranks outnumber cores;
+//!  - the check (-c N) is N separate calls on fresh, integer-valued inputs whose
 //!    exact result does not depend on the reduction order, compared with a
 //!    serial reference at tolerance 0; it also counts writes past the end of
 //!    the output and changes to an out-of-place input as wrong;
@@ -29,7 +34,7 @@
 //!  - the tables time one policy per sweep, each on freshly started rank
 //!    threads; comparing policies across sweeps on a shared machine is
 //!    unfair (placement and load change between them), so with automatic
-//!    and a fixed policy in -a the automatic-vs-best-fixed summary comes
+//!    and a fixed policy in --algo the automatic-vs-best-fixed summary comes
 //!    from an interleaved run instead (run_interleaved): per collective and
 //!    placement one set of rank threads, and per size and repetition every
 //!    policy timed in turn, the starting one rotated, fastest repetition kept.
@@ -61,10 +66,30 @@ namespace {
 using chorus_cli::parse_bytes;
 using chorus_cli::parse_int;
 
-//! The sweep's options (-b -e -f -n -w --reps --collectives) with chorus_bench's defaults.
-const chorus_cli::sweep_rows sweep_table(options(), true);
+//! nccl-tests' options (-t -g -b -e -i -f -n -m -w -c -a ... and --reps --collectives) with chorus_bench's
+//! defaults, and what they do on the threads backend where that is not what they do in nccl-tests.
+const chorus_cli::nccl_rows sweep_table(
+    options(), chorus_cli::all_colls,
+    {
+        {"nthreads", "ranks = -t x -g rank threads; with neither -t nor -g, --ranks (default 2)"},
+        {"ngpus", "every \"GPU\" is one more rank thread: ranks = -t x -g"},
+        {"parallel_init", "no effect: run_threads sets up every rank's communicator at once (no per-rank init call)"},
+        {"blocking", "a call returns complete on the threads backend: 0 and 2 time the same loop"},
+        {"stream_null", "ignored: no streams on the threads backend"},
+        {"cudagraph", "ignored: no CUDA graph on the threads backend"},
+        {"report_cputime", "calls are synchronous on the threads backend: cputime = time (column 'cputime')"},
+        {"local_register", "no-op: the threads backend reads and writes the callers' buffers directly, nothing "
+                           "to register"},
+        {"cta_policy", "ignored: an NCCL setting (no CTAs on the threads backend)"},
+        {"device_implementation", "ignored: an NCCL setting"},
+        {"device_cta_count", "ignored: an NCCL setting"},
+        {"output_file", "the same file as --json"},
+        {"memory", "the header's 'buffers' line is the memory report (buffers are allocated once)"},
+        {"per_iter_timing", "ignored: no per-iteration timing (--reps R keeps the fastest of R loops)"},
+        {"per_iter_skip", "ignored: no per-iteration timing"},
+    });
 
-//! What -a's --help says after the policies.
+//! What --algo's --help says after the policies.
 constexpr std::string_view algo_note =
     "each measured in turn, other than ring with their default tuning and -d float only. With automatic and a "
     "fixed policy, each collective's tables are followed by an interleaved comparison (float sum; per size and "
@@ -75,12 +100,16 @@ constexpr std::string_view algo_note =
 std::span<const chorus_cli::option> option_table() {
     static const std::string algo_help = chorus_cli::policies_help(nullptr, "ring", algo_note);
     static const std::vector<chorus_cli::option> table = sweep_table.then({
-        {"check", 'c', "0|1", "verify results, count #wrong (default 1)"},
-        {"op", 'o', "LIST", "sum,prod,min,max,avg or all (default sum)"},
-        {"datatype", 'd', "LIST", "int8,uint8,int32,uint32,int64,uint64,float,double or all (default float)"},
-        {"ranks", 't', "N", "ranks = threads (default 2)"},
+        {"op", 'o', "LIST", "sum,prod,min,max,avg or all (default sum; nccl-tests' mulsum: none in chorus)"},
+        {"datatype", 'd', "LIST", "int8,uint8,int32,uint32,int64,uint64,float,double or all (default float; "
+                                  "also float32, float64, int, char; nccl-tests' half, bfloat16, f8e4m3 and "
+                                  "f8e5m2 have no host type in chorus)"},
         {"root", 'r', "N", "root of broadcast and reduce (default 0)"},
-        {"algo", 'a', "LIST", algo_help},
+        {{}, 0, {}, "chorus only:"},
+        {"ranks", 0, "N", "ranks = threads, instead of -t x -g (default 2)"},
+        {"span", 0, {}, "time = latest end - earliest start over ranks per loop (chorus's measure before nccl-tests' -a; "
+                        "not with -z 3)"},
+        {"algo", 0, "LIST", algo_help},
         {"channels", 0, "K", "ring channels, 1..32 (default 1)"},
         {"chunk-bytes", 0, "SIZE", "ring chunk, at least 16 (default 256K)"},
         {"place", 0, "out|in|both", "out-of-place, in-place or both columns (default both)"},
@@ -88,7 +117,7 @@ std::span<const chorus_cli::option> option_table() {
         {"outofplace", 0, {}, "same as --place out"},
         {"isa", 0, "LEVEL", "at most this vector level in chorus's streaming loops and the copy ceiling: "
                             "generic, sse2, avx2 or avx512 (default: the widest the CPU has)"},
-        {"json", 0, "FILE", "also write every row as JSON"},
+        {"json", 0, "FILE", "also write every row as JSON (the same as -J FILE)"},
         {"csv", 0, "FILE", "also write every row as CSV"},
         {"quick", 0, {}, "short sweep 8 B..4 MiB, -n 10 -w 2 (explicit flags still win)"},
         {"help", 'h', {}, "this text"},
@@ -100,7 +129,7 @@ void print_usage(std::FILE* to, const char* argv0) {
     chorus_cli::print_help(to, cat("usage: ", argv0, " [options]"), option_table());
 }
 
-//! The policy value of -a name `name`: ring with --channels and
+//! The policy value of --algo name `name`: ring with --channels and
 //! --chunk-bytes, the others with their default tuning (the values the
 //! policy types describe: chorus::policy_from_name). False if none.
 bool policy_for(std::string_view name, const options& o, chorus::policy& out) {
@@ -109,6 +138,15 @@ bool policy_for(std::string_view name, const options& o, chorus::policy& out) {
         return true;
     }
     return chorus::policy_from_name(name, out);
+}
+
+//! Types and operators nccl-tests names that chorus has no host form of: a
+//! usage error naming them, rather than "unknown".
+void refuse_nccl_only(std::string_view list, const std::string& flag, std::initializer_list<std::string_view> names,
+                      std::string_view why) {
+    for (const std::string_view item : chorus_cli::split_list(list))
+        for (const std::string_view n : names)
+            if (item == n) throw usage_error{cat(flag, ": ", item, " ", why)};
 }
 
 options parse_options(int argc, char** argv) {
@@ -130,17 +168,33 @@ options parse_options(int argc, char** argv) {
             o.warmup = 2;
         }
 
+    bool ranks_given = false;
+    std::string json_flag; // the flag that named the JSON file
     for (const chorus_cli::given_option& g : line.given) {
         const std::string_view v = g.value;
         const std::string& flag = g.flag;
+        if (g.is("output_file") || g.is("json")) {
+            if (!json_flag.empty() && o.json_path != v)
+                throw usage_error{cat(json_flag, " and ", flag, " name different JSON files")};
+            json_flag = flag;
+            o.json_path = std::string(v);
+            continue;
+        }
         if (sweep_table.read(g, o)) continue;
-        if (g.is("check")) o.check = parse_int(v, flag, 0, 1) != 0;
-        else if (g.is("op")) o.ops = chorus_cli::parse_names(v, flag, "operator", all_ops, op_name);
-        else if (g.is("datatype"))
+        if (g.is("op")) {
+            refuse_nccl_only(v, flag, {"mulsum"}, "(a pre-multiplied sum) is not an operator of chorus");
+            o.ops = chorus_cli::parse_names(v, flag, "operator", all_ops, op_name);
+        } else if (g.is("datatype")) {
+            refuse_nccl_only(v, flag, {"half", "bfloat16", "f8e4m3", "f8e5m2"},
+                             "has no host type in chorus: the threads backend measures int8, uint8, int32, uint32, "
+                             "int64, uint64, float and double (chorus_bench_gpu: float and bfloat16)");
             o.types = chorus_cli::parse_names(v, flag, "type", all_types, type_name,
                                               {{"float32", type_kind::float32}, {"float64", type_kind::float64},
                                                {"int", type_kind::int32}, {"char", type_kind::int8}});
-        else if (g.is("ranks")) o.ranks = int(parse_int(v, flag, 1, 4096));
+        } else if (g.is("ranks")) {
+            o.ranks = int(parse_int(v, flag, 1, 4096));
+            ranks_given = true;
+        } else if (g.is("span")) o.span_time = true;
         else if (g.is("root")) o.root = int(parse_int(v, flag, 0, 4095));
         else if (g.is("algo")) o.algos = chorus_cli::parse_policies(v, flag);
         else if (g.is("channels")) o.channels = int(parse_int(v, flag, 1, chorus::max_channels));
@@ -158,21 +212,35 @@ options parse_options(int argc, char** argv) {
         } else if (g.is("isa")) {
             const std::size_t k = chorus_cli::parse_choice(v, flag, {"generic", "sse2", "avx2", "avx512"});
             chorus::detail::host_isa_limit(static_cast<chorus::detail::host_isa>(k));
-        } else if (g.is("json")) o.json_path = std::string(v);
-        else if (g.is("csv")) o.csv_path = std::string(v);
+        } else if (g.is("csv")) o.csv_path = std::string(v);
         else if (!g.is("quick")) chorus_cli::unhandled(g);
     }
 
-    if (o.min_bytes == 0) throw usage_error{"--minbytes must be at least 1"};
-    if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
+    // Ranks: nccl-tests' threads x GPUs per thread (each "GPU" a rank thread), or --ranks.
+    if (ranks_given && (o.nthreads_given || o.ngpus_given))
+        throw usage_error{"--ranks and -t/-g both give the rank count: use one"};
+    if (o.nthreads_given || o.ngpus_given) {
+        if (!o.nthreads_given) o.nthreads = 1; // nccl-tests' default
+        if (std::int64_t(o.nthreads) * o.ngpus > 4096)
+            throw usage_error{cat("-t ", std::to_string(o.nthreads), " x -g ", std::to_string(o.ngpus),
+                                  ": more than 4096 ranks")};
+        o.ranks = o.nthreads * o.ngpus;
+    } else {
+        o.nthreads = o.ranks; // the header's nThread: one rank per thread
+        o.ngpus = 1;
+    }
+
+    if (o.min_bytes == 0) throw usage_error{"-b/--minbytes must be at least 1"};
+    chorus_cli::nccl_rows::check_sweep(o);
     if (o.root >= o.ranks)
-        throw usage_error{cat("--root ", std::to_string(o.root), " is not a rank of ", std::to_string(o.ranks))};
+        throw usage_error{cat("-r/--root ", std::to_string(o.root), " is not a rank of ", std::to_string(o.ranks))};
     const bool only_ring = o.algos == std::vector<std::string>{"ring"};
     if (!only_ring && !(ring_choice{o.channels, o.chunk_bytes} == ring_default))
         throw usage_error{"--channels and --chunk-bytes tune ring only: use them with --algo ring"};
     // Any tuning runs (a policy is a value): only what ring<> itself refuses is refused.
     if (o.chunk_bytes < 16)
         throw usage_error{cat("--chunk-bytes must be at least 16, got ", std::to_string(o.chunk_bytes))};
+    if (o.span_time && o.blocking == 3) throw usage_error{"--span times whole loops: not with -z 3"};
     return o;
 }
 
@@ -218,19 +286,19 @@ void run_interleaved(bench_state& st, coll_kind c, int place, const std::vector<
     const bool inplace = place == 1;
     const std::size_t np = policies.size();
     chorus::run_threads(opt.ranks, [&](comm_type& comm) {
+        if (opt.timeout_s > 0) comm.set_timeout(std::chrono::seconds(opt.timeout_s));
         const int n = comm.size();
         const int rank = comm.rank();
         const std::size_t me = std::size_t(rank);
         const int root = coll_uses_root(c) ? opt.root : -1;
         const data_pattern<float> pat = make_pattern<float>(op_kind::sum, n);
-        float* const a = reinterpret_cast<float*>(st.bufs[me].a.get());
-        float* const b = reinterpret_cast<float*>(st.bufs[me].b.get());
+        float* const a = reinterpret_cast<float*>(st.bufs[me].a.get()) + opt.unalign;
+        float* const b = reinterpret_cast<float*>(st.bufs[me].b.get()) + opt.unalign;
         std::size_t turn = 0;
         for (const std::size_t nominal : st.sizes) {
-            const std::size_t elems = nominal / sizeof(float);
-            const std::size_t count = coll_count_per_rank(c) ? elems / std::size_t(n) : elems;
+            const std::size_t count = chorus_cli::nccl_count(c, nominal, sizeof(float), n);
             if (count == 0) continue; // identical on every rank
-            const std::size_t bytes = (coll_count_per_rank(c) ? count * std::size_t(n) : count) * sizeof(float);
+            const std::size_t bytes = chorus_cli::nccl_size_bytes(c, count, sizeof(float), n);
             const operands<float> o = layout(c, inplace, rank, n, root, count, a, b);
             const std::span<const float> in(o.in_ptr, o.in_count);
             const std::span<float> out(o.out_ptr, o.out_count);
@@ -254,20 +322,16 @@ void run_interleaved(bench_state& st, coll_kind c, int place, const std::vector<
                 for (std::size_t k = 0; k < np; ++k) {
                     const std::size_t p = (turn + k) % np;
                     for (int i = 0; i < opt.warmup; ++i) call_float_sum(policies[p], c, comm, in, out, inplace, root);
-                    chorus::barrier(comm);
-                    st.rank_times.start[me] = clock_type::now();
-                    for (int i = 0; i < opt.iters; ++i) call_float_sum(policies[p], c, comm, in, out, inplace, root);
-                    st.rank_times.end[me] = clock_type::now();
-                    chorus::barrier(comm); // every rank's times are in
+                    timed_loop(comm, st, [&] { call_float_sum(policies[p], c, comm, in, out, inplace, root); });
                     if (rank == 0) {
-                        const double us = st.rank_times.seconds() * 1e6 / opt.iters;
+                        const double us = row_seconds(st) * 1e6;
                         if (rep == 0 || us < row.time_us[p]) row.time_us[p] = us;
                     }
                     // Ranks write rank_times again only after the next barrier, which rank 0 enters after reading.
                 }
             }
 
-            if (opt.check) { // one call per policy on fresh verifiable data
+            for (int k = 0; k < opt.check; ++k) { // -c N: N calls per policy, each on fresh verifiable data
                 for (std::size_t p = 0; p < np; ++p) {
                     chorus::barrier(comm); // nobody refills while a peer could still read its buffers
                     fill_for_check(c, rank, root, count, o, pat);
@@ -286,11 +350,12 @@ void run_interleaved(bench_state& st, coll_kind c, int place, const std::vector<
 int run(const options& opt) {
     reporter rep(opt);
     const int n = opt.ranks;
-    const std::vector<std::size_t> sizes = sweep_sizes(opt);
+    const std::vector<std::size_t> sizes = nccl_sizes(opt);
 
-    // Buffers: allocated once at the largest size (+ guard), pre-faulted (one
-    // thread per rank touches every page), never reallocated.
-    const std::size_t capacity = (opt.max_bytes + guard_elems * 8 + page_bytes - 1) / page_bytes * page_bytes;
+    // Buffers: allocated once at the largest size (+ guard, + -u elements of the largest type),
+    // pre-faulted (one thread per rank touches every page), never reallocated.
+    const std::size_t capacity =
+        (opt.max_bytes + guard_elems * 8 + std::size_t(opt.unalign) * 8 + page_bytes - 1) / page_bytes * page_bytes;
     std::vector<rank_buffers> bufs(static_cast<std::size_t>(n));
     for (rank_buffers& rb : bufs) {
         rb.a = allocate(capacity);

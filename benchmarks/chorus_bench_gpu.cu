@@ -15,14 +15,19 @@
 //! Method:
 //!  - buffers are allocated once at the largest size (in and out per rank,
 //!    plus a guard), scratch once in make_communicators;
-//!  - per size: `warmup` eager calls per rank, one checked call (-c 1) on
+//!  - the command line and the sizes are nccl-tests' (cli.hpp: nccl_rows,
+//!    nccl_count): -t x -g ranks one per device, or --ranks virtual ranks on
+//!    device 0; AllGather's size is its whole receive buffer, ReduceScatter's
+//!    its whole send buffer;
+//!  - per size: `warmup` eager calls per rank, -c N checked calls on
 //!    fresh integer-valued inputs (exact in float and bfloat16 whatever the
 //!    reduction order, checked on the device against the closed form;
 //!    writes past the output and changes to the input count as wrong), then
-//!    `iters` calls per rank captured into one CUDA graph per rank (on the
-//!    rank's own stream), one untimed launch of every graph, and one timed
-//!    launch: time per call = (host clock around launching every rank's
-//!    graph and synchronising every stream) / iters, as nccl-tests -G does;
+//!    -n x -m calls per rank captured into one CUDA graph per rank (on the
+//!    rank's own stream), one untimed launch of every graph, and -G timed
+//!    launches: time per call = (host clock around launching every rank's
+//!    graph and synchronising every stream) / (launches x calls), as
+//!    nccl-tests -G does (-G 1 by default here);
 //!  - with -G 0 the timed calls are issued eagerly instead (launch overhead
 //!    included);
 //!  - out-of-place only (Broadcast, with one buffer, is in place by
@@ -81,8 +86,6 @@ using chorus_bench::clock_type;
 // ---------------------------------------------------------------------------
 
 using chorus_bench::all_colls;
-using chorus_bench::bus_factor;
-using chorus_bench::coll_count_per_rank;
 using chorus_bench::coll_kind;
 using chorus_bench::coll_name;
 using chorus_bench::coll_uses_op;
@@ -90,7 +93,8 @@ using chorus_bench::coll_uses_root;
 
 using chorus_bench::to_collective;
 enum class type_kind { float32, bf16 };
-constexpr const char* type_name(type_kind t) { return t == type_kind::float32 ? "float" : "bf16"; }
+//! nccl-tests' names (the type column; "bf16" is accepted by -d too).
+constexpr const char* type_name(type_kind t) { return t == type_kind::float32 ? "float" : "bfloat16"; }
 
 constexpr type_kind all_types[] = {type_kind::float32, type_kind::bf16};
 
@@ -153,9 +157,11 @@ constexpr std::string_view algo_note =
 // ---------------------------------------------------------------------------
 
 struct options : chorus_bench::sweep_options {
-    bool graph = true;
+    //! -G 1 by default here (one timed launch of a graph of the calls); nccl-tests' default is 0, eager.
+    options() { cudagraph = 1; }
     int ranks = 8;
     bool per_device = false;
+    bool by_nccl_ranks = false; //!< -t/-g given: -t x -g ranks, one per device
     int root = 0;
     int ranks_per_node = 0; // 0: n/2 for hierarchical (two emulated nodes), else CHORUS_RANKS_PER_NODE
     int timeout_ms = 20000;
@@ -172,27 +178,49 @@ using chorus_cli::usage_error;
 //! "64MiB": chorus_bench's human_bytes without the space.
 std::string human_bytes(std::size_t b) { return chorus_bench::human_bytes(b, ""); }
 
-//! -b -e -f -n -w and --collectives, with chorus_bench_gpu's defaults (no --reps: one timed graph launch).
-const chorus_cli::sweep_rows sweep_table(options(), false);
+//! nccl-tests' options and --collectives, with chorus_bench_gpu's defaults (no --reps: -G launches), and
+//! what they do here where that is not what they do in nccl-tests.
+const chorus_cli::nccl_rows sweep_table(
+    options(), chorus_cli::all_colls,
+    {
+        {"nthreads", "one host thread drives every rank: ranks = -t x -g, one per device (0, 1, ...)"},
+        {"ngpus", "ranks = -t x -g, one per device (0, 1, ...); --ranks N puts N virtual ranks on device 0"},
+        {"parallel_init", "no effect: make_communicators sets up every rank in one call"},
+        {"blocking", "eager launches only (-G 0): 1 and 2 synchronise every rank's stream after each call, 3 after "
+                         "each iteration (one host thread: no barrier beyond that); ignored with -G"},
+        {"stream_null", "ignored: every rank runs on a stream of its own (virtual ranks on one device must run "
+                            "concurrently)"},
+        {"average", "no per-rank times: one host clock around every rank's launches and stream syncs"},
+        {"output_file", "JSON rows of the tables (chorus's layout, the same fields as --csv)"},
+        {"local_register", "no-op: chorus's GPU backend needs no registration (make_communicators allocates its "
+                               "scratch)"},
+        {"cta_policy", "ignored: --channels sets chorus's blocks per rank"},
+        {"device_implementation", "ignored: an NCCL setting"},
+        {"device_cta_count", "ignored: --channels sets chorus's blocks per rank"},
+        {"per_iter_timing", "ignored: no per-iteration timing (CUDA graphs time whole loops)"},
+        {"per_iter_skip", "ignored: no per-iteration timing"},
+    },
+    false);
 
 //! The options, in the order --help lists them.
 std::span<const chorus_cli::option> option_table() {
     static const std::string algo_help = chorus_cli::policies_help(nullptr, "ring", algo_note);
     static const std::vector<chorus_cli::option> table = sweep_table.then({
-        {"ranks", 0, "N", "virtual ranks on device 0 (default 8, at most 64)"},
-        {"devices", 0, {}, "one rank per visible device instead of --ranks"},
-        {"check", 'c', "0|1", "verify one call per size, count #wrong (default 1)"},
-        {"graph", 'G', "0|1", "time calls captured in CUDA graphs (1, default) or eager launches (0)"},
-        {"type", 'd', "LIST", "float,bf16 (default float); reductions use sum"},
-        {"datatype", 0, "LIST"}, // chorus_bench's spelling of --type
+        {"op", 'o', "OP", "sum (default; the one reduction measured here)"},
+        {"datatype", 'd', "LIST", "float,bfloat16 or all (default float; also float32, bf16)"},
+        {"type", 0, "LIST"},  // this program's older spelling of --datatype
+        {"graph", 0, "N"},    // this program's older spelling of --cudagraph (0: eager, 1: graphs)
         {"root", 'r', "N", "root of broadcast and reduce (default 0)"},
-        {"algo", 'a', "LIST", algo_help},
+        {{}, 0, {}, "chorus only:"},
+        {"ranks", 0, "N", "virtual ranks on device 0 (default 8, at most 64), instead of -t x -g"},
+        {"devices", 0, {}, "one rank per visible device instead of --ranks"},
+        {"algo", 0, "LIST", algo_help},
         {"channels", 0, "LIST", "channels (thread blocks of 512 threads per rank), each 1..32 (default 8)"},
         {"chunk", 0, "LIST", "chunk_bytes, each at least 16; suffixes K M G (default 256K)"},
         {"chunk-bytes", 0, "LIST"}, // chorus_bench's spelling of --chunk
         {"ranks-per-node", 0, "N", "node size for hierarchical (default: ranks/2 when that splits the ranks "
                                    "into two nodes, else CHORUS_RANKS_PER_NODE)"},
-        {"timeout-ms", 0, "N", "chorus wait deadline per collective (default 20000)"},
+        {"timeout-ms", 0, "N", "chorus wait deadline per collective (default 20000; -T gives it in seconds)"},
         {"csv", 0, "FILE", "also write every row as CSV"},
         {"help", 'h', {}, "this text"},
     });
@@ -218,21 +246,32 @@ options parse_args(int argc, char** argv) {
         std::exit(0);
     }
     constexpr int most_ranks = chorus::detail::max_lane_ranks;
+    bool ranks_given = false;
     for (const chorus_cli::given_option& g : line.given) {
         const std::string_view v = g.value;
         const std::string& flag = g.flag;
         if (sweep_table.read(g, o)) continue;
-        if (g.is("check")) o.check = parse_int(v, flag, 0, 1) != 0;
-        else if (g.is("graph")) o.graph = parse_int(v, flag, 0, 1) != 0;
-        else if (g.is("ranks")) o.ranks = int(parse_int(v, flag, 1, most_ranks));
-        else if (g.is("devices")) o.per_device = true;
+        if (g.is("op")) chorus_cli::parse_choice(v, flag, {"sum"});
+        else if (g.is("graph")) o.cudagraph = int(parse_int(v, flag, 0, 1 << 20));
+        else if (g.is("ranks")) {
+            o.ranks = int(parse_int(v, flag, 1, most_ranks));
+            ranks_given = true;
+        } else if (g.is("devices")) o.per_device = true;
         else if (g.is("root")) o.root = int(parse_int(v, flag, 0, most_ranks - 1));
         else if (g.is("ranks-per-node")) o.ranks_per_node = int(parse_int(v, flag, 1, most_ranks));
         else if (g.is("timeout-ms")) o.timeout_ms = int(parse_int(v, flag, 1, 3600000));
         else if (g.is("csv")) o.csv_path = std::string(v);
-        else if (g.is("type") || g.is("datatype"))
+        else if (g.is("type") || g.is("datatype")) {
+            for (const std::string_view item : split_list(v))
+                for (const std::string_view other : {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half",
+                                                     "double", "f8e4m3", "f8e5m2", "char", "int"})
+                    if (item == other)
+                        throw usage_error{chorus_bench::cat(flag, ": ", item, " is not measured by chorus_bench_gpu "
+                                                            "(float and bfloat16; chorus_bench measures the integer "
+                                                            "types and double on the host)")};
             o.types = chorus_cli::parse_names(v, flag, "type", all_types, type_name,
-                                              {{"float32", type_kind::float32}, {"bfloat16", type_kind::bf16}});
+                                              {{"float32", type_kind::float32}, {"bf16", type_kind::bf16}});
+        }
         else if (g.is("algo")) o.algos = chorus_cli::parse_policies(v, flag);
         else if (g.is("channels")) {
             o.channels.clear();
@@ -247,7 +286,15 @@ options parse_args(int argc, char** argv) {
         } else chorus_cli::unhandled(g);
     }
     if (o.min_bytes == 0) o.min_bytes = 1;
-    if (o.max_bytes < o.min_bytes) throw usage_error{"-e/--maxbytes is smaller than -b/--minbytes"};
+    chorus_cli::nccl_rows::check_sweep(o);
+    if (o.nthreads_given || o.ngpus_given) {
+        if (ranks_given || o.per_device)
+            throw usage_error{"-t/-g (one rank per device) and --ranks/--devices both give the ranks: use one"};
+        if (std::int64_t(o.nthreads) * o.ngpus > most_ranks)
+            throw usage_error{chorus_bench::cat("-t x -g: at most ", std::to_string(most_ranks), " ranks")};
+        o.by_nccl_ranks = true;
+    }
+    if (o.timeout_s > 0) o.timeout_ms = int(std::min<long long>(o.timeout_s * 1000LL, 1LL << 30));
     return o;
 }
 
@@ -344,8 +391,8 @@ constexpr std::size_t guard_bytes = 4096; // >= guard_elems * largest element
 struct rank_state {
     int dev = 0;
     cudaStream_t stream = nullptr;
-    void* in = nullptr;  //!< max_bytes + guard_bytes
-    void* out = nullptr; //!< max_bytes + guard_bytes
+    void* in = nullptr;  //!< max_bytes + guard_bytes + -u elements (operands start at in_of<T>)
+    void* out = nullptr; //!< max_bytes + guard_bytes + -u elements (operands start at out_of<T>)
     unsigned long long* wrong = nullptr;
 };
 
@@ -396,6 +443,8 @@ struct bench {
     double copy_gbps = 0;                 //!< sum over distinct devices
     std::vector<double> copy_per_device;
     std::FILE* csv = nullptr;
+    std::FILE* json = nullptr; //!< -J
+    std::size_t json_rows = 0;
     std::vector<table_summary> summaries;
     u64 wrong_total = 0;
 
@@ -406,8 +455,17 @@ struct bench {
 //! Per-call element counts of collective `c` for a nominal size in bytes
 //! (0: the row is skipped, on every rank alike).
 std::size_t count_for(coll_kind c, std::size_t nominal, std::size_t elem, int n) {
-    const std::size_t elems = nominal / elem;
-    return coll_count_per_rank(c) ? elems / std::size_t(n) : elems;
+    return chorus_cli::nccl_count(c, nominal, elem, n); // nccl-tests' count (per rank: 16-byte groups)
+}
+
+//! Rank `rs`'s operands for element type T: -u elements past the start of its buffers.
+template <class T>
+T* in_of(const bench& B, const rank_state& rs) {
+    return static_cast<T*>(rs.in) + B.opt.unalign;
+}
+template <class T>
+T* out_of(const bench& B, const rank_state& rs) {
+    return static_cast<T*>(rs.out) + B.opt.unalign;
 }
 
 //! The schedule arguments launch() builds for rank r (out-of-place calls;
@@ -553,8 +611,8 @@ u64 check_once(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int 
     for (int r = 0; r < n; ++r) {
         const rank_state& rs = B.ranks[std::size_t(r)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-        T* in = static_cast<T*>(rs.in);
-        T* out = static_cast<T*>(rs.out);
+        T* in = in_of<T>(B, rs);
+        T* out = out_of<T>(B, rs);
         cuda_ok(cudaMemsetAsync(rs.wrong, 0, sizeof(unsigned long long), rs.stream), "cudaMemsetAsync");
         launch_fill<T>(rs, out, out_count + guard_elems, sent);
         expect_spec mine{};
@@ -570,14 +628,13 @@ u64 check_once(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int 
     for (int r = 0; r < n; ++r) {
         rank_state& rs = B.ranks[std::size_t(r)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-        issue<T>(pol, c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out), count, n,
-                 root, rs.stream);
+        issue<T>(pol, c, B.comms[std::size_t(r)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, root, rs.stream);
     }
     for (int r = 0; r < n; ++r) {
         const rank_state& rs = B.ranks[std::size_t(r)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-        const T* in = static_cast<const T*>(rs.in);
-        const T* out = static_cast<const T*>(rs.out);
+        const T* in = in_of<T>(B, rs);
+        const T* out = out_of<T>(B, rs);
         launch_count<T>(rs, out + out_count, guard_elems, sent); // nothing written past the output
         expect_spec want{};
         want.n = n;
@@ -621,26 +678,43 @@ u64 check_once(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int 
     return wrong;
 }
 
-//! Seconds for `iters` calls of every rank: one graph per rank (captured
-//! once, launched once untimed, once timed) or eager launches.
+//! What one row's timing gives: seconds per call, and the host's seconds
+//! per call to issue them (-C: launches, without the final stream syncs).
+struct timed {
+    double secs = 0;
+    double cpu_secs = 0;
+};
+
+//! Time per call of every rank: -n iterations of -m calls, captured into one
+//! graph per rank, launched once untimed, then -G times timed (nccl-tests
+//! -G); or with -G 0 issued eagerly (-z 1/2: every stream synchronised after
+//! each call, -z 3: after each iteration).
 template <class T>
-double time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int root) {
+timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int root) {
     const int n = B.n();
-    const int iters = B.opt.iters;
+    const options& o = B.opt;
+    const long long calls = o.timed_calls();
     auto issue_rank = [&](int r) {
         rank_state& rs = B.ranks[std::size_t(r)];
-        issue<T>(pol, c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out), count, n,
-                 root, rs.stream);
+        issue<T>(pol, c, B.comms[std::size_t(r)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, root, rs.stream);
     };
-    if (!B.opt.graph) {
+    timed t;
+    if (o.cudagraph == 0) {
         const auto t0 = clock_type::now();
-        for (int i = 0; i < iters; ++i)
-            for (int r = 0; r < n; ++r) {
-                cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
-                issue_rank(r);
+        for (int it = 0; it < o.iters; ++it) {
+            for (int k = 0; k < o.agg_iters; ++k) {
+                for (int r = 0; r < n; ++r) {
+                    cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
+                    issue_rank(r);
+                }
+                if (o.blocking == 1 || o.blocking == 2) sync_all(B);
             }
+            if (o.blocking == 3) sync_all(B);
+        }
+        t.cpu_secs = std::chrono::duration<double>(clock_type::now() - t0).count() / double(calls);
         sync_all(B);
-        return std::chrono::duration<double>(clock_type::now() - t0).count();
+        t.secs = std::chrono::duration<double>(clock_type::now() - t0).count() / double(calls);
+        return t;
     }
     std::vector<cudaGraphExec_t> execs(std::size_t(n), nullptr);
     struct exec_guard {
@@ -656,7 +730,7 @@ double time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, i
         cudaGraph_t g = nullptr;
         cuda_ok(cudaStreamBeginCapture(rs.stream, cudaStreamCaptureModeRelaxed), "cudaStreamBeginCapture");
         try {
-            for (int i = 0; i < iters; ++i) issue_rank(r);
+            for (long long i = 0; i < calls; ++i) issue_rank(r);
         } catch (...) {
             (void)cudaStreamEndCapture(rs.stream, &g);
             if (g) (void)cudaGraphDestroy(g);
@@ -668,17 +742,22 @@ double time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, i
         cuda_ok(e, "cudaGraphInstantiate");
         cuda_ok(cudaGraphUpload(execs[std::size_t(r)], rs.stream), "cudaGraphUpload");
     }
-    auto launch_all = [&] {
-        for (int r = 0; r < n; ++r) {
-            cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
-            cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], B.ranks[std::size_t(r)].stream), "cudaGraphLaunch");
-        }
-        sync_all(B);
+    auto launch_all = [&](int launches) {
+        for (int l = 0; l < launches; ++l)
+            for (int r = 0; r < n; ++r) {
+                cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
+                cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], B.ranks[std::size_t(r)].stream), "cudaGraphLaunch");
+            }
     };
-    launch_all(); // untimed: first launch of a graph
+    launch_all(1); // untimed: first launch of a graph
+    sync_all(B);
     const auto t0 = clock_type::now();
-    launch_all();
-    return std::chrono::duration<double>(clock_type::now() - t0).count();
+    launch_all(o.cudagraph);
+    const double per = double(calls) * o.cudagraph;
+    t.cpu_secs = std::chrono::duration<double>(clock_type::now() - t0).count() / per;
+    sync_all(B);
+    t.secs = std::chrono::duration<double>(clock_type::now() - t0).count() / per;
+    return t;
 }
 
 //! Blocks the kernel of this (T, Op) can keep resident on `dev` at once:
@@ -712,10 +791,11 @@ std::string algo_label(const std::string& a, const chorus::policy& pol, int node
     return a + p;
 }
 
-void print_table_header(const std::string& title, bool chosen) {
+void print_table_header(const options& o, const std::string& title, bool chosen) {
     std::printf("#\n# %s\n", title.c_str());
-    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s%s\n", "size", "count", "type", "redop", "root",
-                "time", "algbw", "busbw", "#wrong", "moved", "/copy", chosen ? "  chosen" : "");
+    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s%s%s\n", "size", "count", "type", "redop", "root",
+                o.report_cputime ? "cputime" : "time", "algbw", "busbw", "#wrong", "moved", "/copy",
+                chosen ? "  chosen" : "", o.report_timestamps ? "  timestamp" : "");
     std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
                 "(GB/s)", "(GB/s)", "", "(GB/s)", "");
     std::fflush(stdout);
@@ -732,7 +812,7 @@ void run_table(bench& B, const std::string& ak, const chorus::policy& pol, type_
     table_summary sum;
     sum.label = std::string(coll_name(c)) + " " + type_name(tk) + " " + algo + " ranks=" + std::to_string(n) +
                 " devices=" + std::to_string(B.distinct_devices.size());
-    print_table_header(sum.label, chooses);
+    print_table_header(B.opt, sum.label, chooses);
 
     // All ranks of a device must be resident at once.
     {
@@ -756,28 +836,30 @@ void run_table(bench& B, const std::string& ak, const chorus::policy& pol, type_
 
     const char* redop = coll_uses_op(c) ? "sum" : "none";
     bool first_row = true;
+    for (int cycle = 0; B.opt.run_cycles == 0 || cycle < B.opt.run_cycles; ++cycle)
     for (const std::size_t nominal : B.sizes) {
         const u64 count = count_for(c, nominal, sizeof(T), n);
         if (count == 0) continue;
         row_result row;
         row.count = std::size_t(count);
-        row.bytes = std::size_t(coll_count_per_rank(c) ? count * u64(n) : count) * sizeof(T);
+        row.bytes = chorus_cli::nccl_size_bytes(c, std::size_t(count), sizeof(T), n);
 
         // Warm-up: eager calls (the inputs are whatever the last check left: any data will do).
         for (int i = 0; i < B.opt.warmup; ++i)
             for (int r = 0; r < n; ++r) {
                 rank_state& rs = B.ranks[std::size_t(r)];
                 cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-                issue<T>(pol, c, B.comms[std::size_t(r)], static_cast<const T*>(rs.in), static_cast<T*>(rs.out),
-                         count, n, call_root, rs.stream);
+                issue<T>(pol, c, B.comms[std::size_t(r)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, call_root,
+                         rs.stream);
             }
         sync_all(B);
-        if (B.opt.check) row.wrong = check_once<T>(B, pol, c, count, call_root);
-        const double secs = time_calls<T>(B, pol, c, count, call_root);
+        for (int k = 0; k < B.opt.check; ++k) row.wrong += check_once<T>(B, pol, c, count, call_root); // -c N
+        const timed tm = time_calls<T>(B, pol, c, count, call_root);
+        const double secs = B.opt.report_cputime ? tm.cpu_secs : tm.secs; // -C: the host's time to issue
 
-        row.time_us = secs * 1e6 / B.opt.iters;
-        row.algbw = double(row.bytes) / (row.time_us * 1e-6) / 1e9;
-        row.busbw = row.algbw * bus_factor(c, n);
+        row.time_us = secs * 1e6;
+        row.algbw = chorus_cli::nccl_algbw(c, std::size_t(count), sizeof(T), n, secs);
+        row.busbw = chorus_cli::nccl_busbw(c, std::size_t(count), sizeof(T), n, secs);
         row.moved_bytes = schedule_traffic(pol, c, n, call_root, count, sizeof(T), B.node_size, B.ctx());
         const std::string chosen =
             ak == "automatic"       ? automatic_choice(c, n, call_root, count, sizeof(T), B.node_size, B.ctx())
@@ -786,17 +868,29 @@ void run_table(bench& B, const std::string& ak, const chorus::policy& pol, type_
         row.moved_gbps = row.moved_bytes / (row.time_us * 1e-6) / 1e9;
         row.copy_ratio = B.copy_gbps > 0 ? row.moved_gbps / B.copy_gbps : 0;
 
-        std::printf(" %14zu %11zu %6s %6s %5d %11.2f %9.2f %9.2f %7" PRIu64 " %10.1f %7.3f%s%s\n", row.bytes,
+        const std::string stamp = B.opt.report_timestamps ? "  " + chorus_cli::timestamp_now() : "";
+        std::printf(" %14zu %11zu %6s %6s %5d %11.2f %9.2f %9.2f %7" PRIu64 " %10.1f %7.3f%s%s%s\n", row.bytes,
                     row.count, type_name(tk), redop, root, row.time_us, row.algbw, row.busbw, row.wrong,
-                    row.moved_gbps, row.copy_ratio, chooses ? "  " : "", chooses ? chosen.c_str() : "");
+                    row.moved_gbps, row.copy_ratio, chooses ? "  " : "", chooses ? chosen.c_str() : "", stamp.c_str());
         std::fflush(stdout);
+        if (B.json) {
+            std::fprintf(B.json,
+                         "%s\n    {\"collective\": \"%s\", \"type\": \"%s\", \"algo\": \"%s\", \"channels\": %d, "
+                         "\"chunk_bytes\": %zu, \"size_bytes\": %zu, \"count\": %zu, \"root\": %d, \"time_us\": %.3f, "
+                         "\"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"moved_gbps\": %.6f, \"copy_ratio\": %.6f, "
+                         "\"wrong\": %" PRIu64 ", \"chosen\": \"%s\"}",
+                         B.json_rows++ ? "," : "", coll_name(c), type_name(tk), ak.c_str(), pol.tune.channels,
+                         std::size_t(pol.tune.chunk_bytes), row.bytes, row.count, root, row.time_us, row.algbw,
+                         row.busbw, row.moved_gbps, row.copy_ratio, row.wrong, chosen.c_str());
+            std::fflush(B.json);
+        }
         if (B.csv) {
             std::fprintf(B.csv,
                          "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64
                          ",%s\n",
                          coll_name(c), type_name(tk), ak.c_str(), pol.tune.channels,
                          std::size_t(pol.tune.chunk_bytes), n, B.distinct_devices.size(), B.node_size,
-                         int(B.opt.graph), B.opt.iters, B.opt.warmup, row.bytes, row.count, row.time_us, row.algbw,
+                         B.opt.cudagraph, B.opt.iters, B.opt.warmup, row.bytes, row.count, row.time_us, row.algbw,
                          row.busbw, row.moved_bytes, row.moved_gbps, B.copy_gbps, row.copy_ratio, row.wrong,
                          chosen.c_str());
             std::fflush(B.csv);
@@ -879,7 +973,17 @@ int run(bench& B) {
     const options& o = B.opt;
     int count = 0;
     cuda_ok(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
-    if (o.per_device) {
+    if (o.by_nccl_ranks) { // nccl-tests: -t x -g ranks, devices 0, 1, ... (one per rank)
+        const int want = o.nthreads * o.ngpus;
+        if (want > count) {
+            std::fprintf(stderr,
+                         "-t %d x -g %d: %d GPUs requested but only %d found (--ranks %d puts %d virtual ranks on "
+                         "device 0)\n",
+                         o.nthreads, o.ngpus, want, count, want, want);
+            return 2;
+        }
+        for (int d = 0; d < want; ++d) B.devices.push_back(d);
+    } else if (o.per_device) {
         for (int d = 0; d < count && d < chorus::detail::max_lane_ranks; ++d) B.devices.push_back(d);
     } else {
         B.devices.assign(std::size_t(o.ranks), 0);
@@ -901,7 +1005,7 @@ int run(bench& B) {
     B.topo = chorus::model::model_file_given() ? chorus::model::current()
                                                : chorus::model::gpu_cluster_topology(B.node_size);
 
-    B.sizes = chorus_bench::sweep_sizes(o);
+    B.sizes = chorus_bench::nccl_sizes(o);
 
     // Scratch: the most any planned call needs, found from the schedules
     // themselves (automatic: what its picks need when it may use the default
@@ -938,11 +1042,12 @@ int run(bench& B) {
         rs.dev = B.devices[std::size_t(r)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
         cuda_ok(cudaStreamCreateWithFlags(&rs.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        cuda_ok(cudaMalloc(&rs.in, o.max_bytes + guard_bytes), "cudaMalloc (in)");
-        cuda_ok(cudaMalloc(&rs.out, o.max_bytes + guard_bytes), "cudaMalloc (out)");
+        const std::size_t bytes = o.max_bytes + guard_bytes + std::size_t(o.unalign) * 8; // -u: room to shift
+        cuda_ok(cudaMalloc(&rs.in, bytes), "cudaMalloc (in)");
+        cuda_ok(cudaMalloc(&rs.out, bytes), "cudaMalloc (out)");
         cuda_ok(cudaMalloc(reinterpret_cast<void**>(&rs.wrong), sizeof(unsigned long long)), "cudaMalloc");
-        cuda_ok(cudaMemsetAsync(rs.in, 0, o.max_bytes + guard_bytes, rs.stream), "cudaMemsetAsync");
-        cuda_ok(cudaMemsetAsync(rs.out, 0, o.max_bytes + guard_bytes, rs.stream), "cudaMemsetAsync");
+        cuda_ok(cudaMemsetAsync(rs.in, 0, bytes, rs.stream), "cudaMemsetAsync");
+        cuda_ok(cudaMemsetAsync(rs.out, 0, bytes, rs.stream), "cudaMemsetAsync");
     }
     for (auto& rs : B.ranks) {
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
@@ -982,7 +1087,30 @@ int run(bench& B) {
     }
     const char* conns = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     std::printf("# ranks %d on %zu device(s)%s; CUDA_DEVICE_MAX_CONNECTIONS=%s\n", n, B.distinct_devices.size(),
-                o.per_device ? " (one per device)" : " (virtual ranks)", conns ? conns : "(unset: 8)");
+                o.per_device || o.by_nccl_ranks ? " (one per device)" : " (virtual ranks)", conns ? conns : "(unset: 8)");
+    {
+        chorus_cli::nccl_options shown = o; // the header's nThread/nGpus: -t x -g, or one "GPU" per rank
+        if (!o.by_nccl_ranks) {
+            shown.nthreads = 1;
+            shown.ngpus = n;
+        }
+        std::printf("%s\n", chorus_cli::nccl_config_line(shown).c_str());
+    }
+    for (const std::string& note : o.notes) std::printf("# %s\n", note.c_str());
+    if (o.blocking != 0 && o.cudagraph == 0)
+        std::printf("# Blocking Enabled: every rank's stream synchronised after each %s (-z %d)\n",
+                    o.blocking == 3 ? "iteration" : "call", o.blocking);
+    if (o.memory_report) {
+        for (int d : B.distinct_devices) {
+            std::size_t free_b = 0, total_b = 0;
+            cuda_ok(cudaSetDevice(d), "cudaSetDevice");
+            cuda_ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+            std::printf("# memory (-M): device %d: %.3f GiB used of %.3f GiB (buffers 2 x %s + scratch %zu B per "
+                        "rank)\n",
+                        d, double(total_b - free_b) / double(1 << 30), double(total_b) / double(1 << 30),
+                        human_bytes(o.max_bytes + guard_bytes + std::size_t(o.unalign) * 8).c_str(), scratch);
+        }
+    }
     {
         long long most = 0;
         for (int d : B.distinct_devices) most = std::max<long long>(most, std::count(B.devices.begin(), B.devices.end(), d));
@@ -992,20 +1120,41 @@ int run(bench& B) {
                         "their kernels may not run concurrently (timeouts); export CUDA_DEVICE_MAX_CONNECTIONS=32\n",
                         most, limit);
     }
-    std::printf("# iters %d, warmup %d, check %d, %s, timeout %d ms, checked mode %s, scratch %zu B per rank%s\n",
-                o.iters, o.warmup, int(o.check), o.graph ? "CUDA graphs (nccl-tests -G)" : "eager launches",
-                o.timeout_ms, B.comms[0].checked() ? "on" : "off", scratch,
+    const std::string how = o.cudagraph ? chorus_bench::cat("CUDA graphs, ", std::to_string(o.cudagraph),
+                                                          " timed launch(es) (nccl-tests -G)")
+                                        : std::string("eager launches (-G 0)");
+    std::printf("# iters %d x agg %d, warmup %d, check %d, %s, timeout %d ms, checked mode %s, scratch %zu B per rank%s\n",
+                o.iters, o.agg_iters, o.warmup, o.check, how.c_str(), o.timeout_ms, B.comms[0].checked() ? "on" : "off", scratch,
                 B.node_size ? (", ranks_per_node " + std::to_string(B.node_size)).c_str() : "");
     std::printf("# copy_gbps=%.2f\n", B.copy_gbps);
     std::printf("#\n"
-                "# S = size(B). algbw = S / time. busbw = algbw * factor (nccl-tests): AllReduce 2(n-1)/n,\n"
-                "#   AllGather and ReduceScatter (n-1)/n (S = all n blocks), Broadcast and Reduce 1.\n"
-                "# time = per call: (host clock around every rank's graph launch + stream syncs) / iters.\n"
+                "# S = size(B), nccl-tests' size: AllGather the whole receive buffer, ReduceScatter the whole send\n"
+                "#   buffer (n blocks; count = per rank, -b/-e / n rounded down to 16-byte groups), the others the\n"
+                "#   buffer. algbw = S / time. busbw = algbw * factor (nccl-tests): AllReduce 2(n-1)/n,\n"
+                "#   AllGather and ReduceScatter (n-1)/n, Broadcast and Reduce 1.\n"
+                "# time = per call: (host clock around every rank's graph launches + stream syncs) / (-G launches x\n"
+                "#   -n x -m calls); -G 0: around eager launches; -C 1 (cputime): without the final stream syncs.\n"
                 "# moved = bytes all ranks' schedules read + write per call (from the schedules), / time.\n"
                 "# /copy = moved / copy bandwidth above (sum over devices). #wrong: elements differing from the\n"
                 "#   exact result, writes past the output, changes to the input (one call per size).\n");
     std::fflush(stdout);
 
+    if (!o.output_file.empty()) {
+        B.json = std::fopen(o.output_file.c_str(), "w");
+        if (!B.json) {
+            std::fprintf(stderr, "-J: cannot open %s\n", o.output_file.c_str());
+            return 2;
+        }
+        std::string cmd;
+        for (const char ch : o.command_line)
+            if (static_cast<unsigned char>(ch) >= 0x20) cmd += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
+        std::fprintf(B.json,
+                     "{\n  \"command\": \"%s\",\n  \"backend\": \"gpu\",\n  \"ranks\": %d,\n  \"devices\": %zu,\n"
+                     "  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"warmup\": %d,\n  \"graph_launches\": %d,\n"
+                     "  \"copy_gbps\": %.4f,\n  \"rows\": [",
+                     cmd.c_str(), n, B.distinct_devices.size(), o.iters, o.agg_iters, o.warmup, o.cudagraph,
+                     B.copy_gbps);
+    }
     if (!o.csv_path.empty()) {
         B.csv = std::fopen(o.csv_path.c_str(), "w");
         if (!B.csv) {
@@ -1050,6 +1199,11 @@ int run(bench& B) {
     if (B.wrong_total) status = 1;
     std::printf("# %s\n", status == 0 ? "all results correct" : "FAILED");
     if (B.csv) std::fclose(B.csv);
+    if (B.json) {
+        std::fprintf(B.json, "%s],\n  \"wrong_total\": %" PRIu64 "\n}\n", B.json_rows ? "\n  " : "", B.wrong_total);
+        std::fclose(B.json);
+        B.json = nullptr;
+    }
     return status;
 }
 

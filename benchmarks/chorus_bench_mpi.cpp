@@ -6,8 +6,13 @@
 //
 //   mpiexec -n 4 chorus_bench_mpi -b 8 -e 64M -f 4 --algo hierarchical,ring
 //
-// Time per call is the slowest rank's mean over the timed iterations, after
-// warm-up. Inputs are small integers in float (sums exact in any order),
+// The command line is nccl-tests' (cli.hpp: nccl_rows), its sizes too: the
+// size column is nccl-tests' (AllReduce: the buffer; AllGather: the whole
+// receive buffer; ReduceScatter: the whole send buffer; count per rank),
+// and algbw/busbw are its definitions. Ranks are the MPI processes (-t and
+// -g must be 1). Time per call: each rank times -n x -m calls after warm-up
+// and a barrier; -a combines the ranks' times as nccl-tests does (default
+// the mean; 3: the slowest rank's, this program's measure before). Inputs are small integers in float (sums exact in any order),
 // and every chorus and MPI result is checked (#wrong). glibc returns freed
 // blocks above 128 KiB to the kernel, so an MPI that allocates scratch per
 // call pays page faults on every call; the benchmark turns that off with
@@ -65,6 +70,7 @@ struct bufs {
     comm_type* shm = nullptr;
     std::span<float> in, out;
     std::vector<float> in_v, out_v;
+    std::size_t unalign = 0; //!< -u: plain buffers start this many floats past their allocation
 
     bufs() = default;
     explicit bufs(comm_type* c) : shm(c) {}
@@ -77,10 +83,10 @@ struct bufs {
     }
     void size(std::size_t in_n, std::size_t out_n) {
         if (shm == nullptr) {
-            in_v.resize(in_n);
-            out_v.resize(out_n);
-            in = in_v;
-            out = out_v;
+            in_v.resize(in_n + unalign);
+            out_v.resize(out_n + unalign);
+            in = std::span<float>(in_v).subspan(unalign, in_n);
+            out = std::span<float>(out_v).subspan(unalign, out_n);
             return;
         }
         if (in.size() != in_n) {
@@ -123,7 +129,7 @@ void chorus_call(comm_type& comm, const chorus::policy& pol, coll_kind coll, buf
     }
 }
 
-struct options : chorus_cli::sweep_options {
+struct options : chorus_cli::nccl_options {
     //! Every collective here; -f 4: fewer rows, each timing MPI and every policy.
     options() {
         colls.assign(std::begin(mpi_colls), std::end(mpi_colls));
@@ -134,8 +140,30 @@ struct options : chorus_cli::sweep_options {
     bool alloc = false;
 };
 
-//! What chorus_bench_mpi sweeps: -b -e -f -n -w --reps, and --collectives of mpi_colls.
-const chorus_cli::sweep_rows sweep_table(options(), true, mpi_colls);
+//! nccl-tests' options (-b -e -i -f -n -m -w -c -a ..., --reps, --collectives of mpi_colls) and what they do on
+//! the MPI backend where that is not what they do in nccl-tests.
+const chorus_cli::nccl_rows sweep_table(
+    options(), mpi_colls,
+    {
+        {"nthreads", "one rank per MPI process: -t must be 1 (ranks = processes: mpiexec -n)"},
+        {"ngpus", "one rank per MPI process: -g must be 1 (ranks = processes: mpiexec -n)"},
+        {"parallel_init", "no effect: every process sets up its own communicator"},
+        {"blocking", "a call returns complete on the MPI backend: 0 and 2 time the same loop (1: MPI_Barrier "
+                     "after each call, 3: after each iteration, not timed)"},
+        {"stream_null", "ignored: no streams on the MPI backend"},
+        {"cudagraph", "ignored: no CUDA graph on the MPI backend"},
+        {"report_cputime", "calls are synchronous on the MPI backend: cputime = time"},
+        {"output_file", "JSON rows of this table (chorus's own layout, not nccl-tests')"},
+        {"local_register", "no-op: MPI's buffers need no registration; --alloc times chorus on buffers from "
+                           "comm.alloc (zero-copy within a node)"},
+        {"cta_policy", "ignored: an NCCL setting"},
+        {"device_implementation", "ignored: an NCCL setting"},
+        {"device_cta_count", "ignored: an NCCL setting"},
+        {"memory", "ignored: no memory report on the MPI backend"},
+        {"unalign", "plain buffers only (--alloc rows start aligned)"},
+        {"per_iter_timing", "ignored: no per-iteration timing (--reps R keeps the fastest of R loops)"},
+        {"per_iter_skip", "ignored: no per-iteration timing"},
+    });
 
 //! The command line; --help is printed from it.
 std::span<const chorus_cli::option> option_table() {
@@ -146,6 +174,10 @@ std::span<const chorus_cli::option> option_table() {
         "collective in turn per size and repetition, fastest of --reps) of automatic against the best fixed "
         "policy and MPI");
     static const std::vector<chorus_cli::option> table = sweep_table.then({
+        {"op", 'o', "OP", "sum (default; this program measures float sum against MPI's own)"},
+        {"datatype", 'd', "TYPE", "float (default; the one type measured here)"},
+        {"root", 'r', "N", "accepted and unused: no collective here has a root (default 0)"},
+        {{}, 0, {}, "chorus only:"},
         {"algo", 0, "LIST", algo_help},
         {"keep-malloc", 0, {}, "leave glibc's malloc as it is (default: no mmap, no trim)"},
         {"alloc", 0, {}, "also time every policy on buffers from comm.alloc (rows NAME+alloc: zero-copy where every "
@@ -168,18 +200,36 @@ void print_usage(std::FILE* to) {
     std::exit(2);
 }
 
-options parse(const chorus_cli::parsed_line& line) {
+options parse(const chorus_cli::parsed_line& line, int nprocs) {
     options o;
     for (const chorus_cli::given_option& g : line.given) {
         if (sweep_table.read(g, o)) continue;
-        if (g.is("algo")) o.algos = chorus_cli::parse_policies(g.value, g.flag, known_algo);
+        if (g.is("op")) chorus_cli::parse_choice(g.value, g.flag, {"sum"});
+        else if (g.is("datatype")) chorus_cli::parse_choice(g.value, g.flag, {"float", "float32"});
+        else if (g.is("root")) chorus_cli::parse_int(g.value, g.flag, 0, nprocs - 1);
+        else if (g.is("algo")) o.algos = chorus_cli::parse_policies(g.value, g.flag, known_algo);
         else if (g.is("keep-malloc")) o.keep_malloc = true;
         else if (g.is("alloc")) o.alloc = true;
         else chorus_cli::unhandled(g);
     }
-    if (o.min_bytes < 4) throw usage_error{"--minbytes must be at least 4 (one float)"};
-    if (o.min_bytes > o.max_bytes) throw usage_error{"--minbytes is larger than --maxbytes"};
+    if (o.nthreads != 1 || o.ngpus != 1)
+        throw usage_error{cat("-t ", std::to_string(o.nthreads), " -g ", std::to_string(o.ngpus),
+                              ": one rank per MPI process here; launch mpiexec -n ",
+                              std::to_string(nprocs * o.nthreads * o.ngpus), " with -t 1 -g 1 instead")};
+    if (o.min_bytes < 4) throw usage_error{"-b/--minbytes must be at least 4 (one float)"};
+    chorus_cli::nccl_rows::check_sweep(o);
     return o;
+}
+
+//! `s` as the inside of a JSON string.
+std::string json_text(std::string_view s) {
+    std::string out;
+    for (const char ch : s) {
+        if (ch == '"' || ch == '\\') out += '\\';
+        if (static_cast<unsigned char>(ch) < 0x20) continue;
+        out += ch;
+    }
+    return out;
 }
 
 float value(std::size_t i, int r) { return float(1 + (i + 3 * std::size_t(r)) % 7); }
@@ -189,25 +239,55 @@ struct timing {
     std::uint64_t wrong = 0;
 };
 
-// Per-call time of `iters` calls on this rank, after `warmup` calls and a barrier.
-template <class F>
-double local_loop_us(MPI_Comm comm, int warmup, int iters, F&& call) {
-    for (int i = 0; i < warmup; ++i) call();
-    MPI_Barrier(comm);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < iters; ++i) call();
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / iters;
+//! -a over the ranks, element by element, as nccl-tests combines times:
+//! rank 0's (0), the mean (1), the least (2), the greatest (3). Collective.
+void combine(MPI_Comm comm, double* v, int count, int average) {
+    if (average == 0) {
+        MPI_Bcast(v, count, MPI_DOUBLE, 0, comm);
+        return;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, v, count, MPI_DOUBLE, average == 2 ? MPI_MIN : average == 3 ? MPI_MAX : MPI_SUM, comm);
+    if (average == 1) {
+        int n = 1;
+        MPI_Comm_size(comm, &n);
+        for (int i = 0; i < count; ++i) v[i] /= n;
+    }
 }
 
-// Mean time per call over `iters` (slowest rank), after `warmup` calls; the fastest of `reps` loops.
+// Per-call time on this rank of -n iterations of -m calls, after -w calls and a barrier; -z 1: an
+// MPI_Barrier after every call (timed), -z 3: after every iteration (not timed).
 template <class F>
-double time_calls(MPI_Comm comm, int warmup, int iters, int reps, F&& call) {
+double local_loop_us(MPI_Comm comm, const options& o, F&& call) {
+    using clk = std::chrono::steady_clock;
+    for (int i = 0; i < o.warmup; ++i) call();
+    MPI_Barrier(comm);
+    double us = 0;
+    if (o.blocking == 3) {
+        for (int it = 0; it < o.iters; ++it) {
+            const auto t0 = clk::now();
+            for (int k = 0; k < o.agg_iters; ++k) call();
+            us += std::chrono::duration<double, std::micro>(clk::now() - t0).count();
+            MPI_Barrier(comm);
+        }
+    } else {
+        const auto t0 = clk::now();
+        for (long long i = 0; i < o.timed_calls(); ++i) {
+            call();
+            if (o.blocking == 1) MPI_Barrier(comm);
+        }
+        us = std::chrono::duration<double, std::micro>(clk::now() - t0).count();
+    }
+    return us / double(o.timed_calls());
+}
+
+// Time per call, the ranks' times combined by -a; the fastest of --reps loops.
+template <class F>
+double time_calls(MPI_Comm comm, const options& o, F&& call) {
     double best = 0;
-    for (int rep = 0; rep < reps; ++rep) {
-        const double us = local_loop_us(comm, warmup, iters, call);
-        double worst = 0;
-        MPI_Allreduce(&us, &worst, 1, MPI_DOUBLE, MPI_MAX, comm);
-        if (rep == 0 || worst < best) best = worst;
+    for (int rep = 0; rep < o.reps; ++rep) {
+        double us = local_loop_us(comm, o, call);
+        combine(comm, &us, 1, o.average);
+        if (rep == 0 || us < best) best = us;
     }
     return best;
 }
@@ -225,7 +305,7 @@ void prepare(coll_kind coll, std::size_t count, int n, int r, bufs& b) {
 // Clears the output, runs one call of `coll` through `call`, and returns
 // the wrong elements summed over ranks.
 template <class F>
-std::uint64_t check_call(MPI_Comm comm, coll_kind coll, std::size_t count, int n, int r, bufs& b, F&& call) {
+std::uint64_t check_once(MPI_Comm comm, coll_kind coll, std::size_t count, int n, int r, bufs& b, F&& call) {
     std::fill(b.out.begin(), b.out.end(), -1.0f);
     call();
     std::uint64_t wrong = 0;
@@ -245,6 +325,16 @@ std::uint64_t check_call(MPI_Comm comm, coll_kind coll, std::size_t count, int n
     return total;
 }
 
+// -c N times: clears the output, runs one call of `coll` through `call`;
+// returns the wrong elements summed over calls and ranks.
+template <class F>
+std::uint64_t check_call(MPI_Comm comm, const options& o, coll_kind coll, std::size_t count, int n, int r, bufs& b,
+                         F&& call) {
+    std::uint64_t wrong = 0;
+    for (int k = 0; k < o.check; ++k) wrong += check_once(comm, coll, count, n, r, b, call);
+    return wrong;
+}
+
 // Fills in, runs one call of `coll` through `call`, counts wrong elements
 // (summed over ranks), then times it.
 template <class F>
@@ -253,8 +343,8 @@ timing measure(chorus::communicator<chorus::mpi>& comm, const options& o, coll_k
     const int n = comm.size(), r = comm.rank();
     prepare(coll, count, n, r, b);
     timing t;
-    t.wrong = check_call(comm.mpi_comm(), coll, count, n, r, b, call);
-    t.us = time_calls(comm.mpi_comm(), o.warmup, o.iters, o.reps, call);
+    t.wrong = check_call(comm.mpi_comm(), o, coll, count, n, r, b, call);
+    t.us = time_calls(comm.mpi_comm(), o, call);
     return t;
 }
 
@@ -339,17 +429,17 @@ std::vector<timing> interleaved_size(comm_type& comm, const options& o, coll_kin
         for (std::size_t k = 0; k < np; ++k) {
             const std::size_t p = (turn + k) % np;
             local[static_cast<std::size_t>(rep) * np + p] =
-                local_loop_us(comm.mpi_comm(), o.warmup, o.iters, [&] { call(p); });
+                local_loop_us(comm.mpi_comm(), o, [&] { call(p); });
         }
-    std::vector<double> worst(local.size(), 0.0);
-    MPI_Allreduce(local.data(), worst.data(), static_cast<int>(local.size()), MPI_DOUBLE, MPI_MAX, comm.mpi_comm());
+    std::vector<double> worst = local; // -a over ranks (the name is older: the greatest was the only choice)
+    combine(comm.mpi_comm(), worst.data(), static_cast<int>(worst.size()), o.average);
     std::vector<timing> out(np);
     for (std::size_t p = 0; p < np; ++p) {
         for (int rep = 0; rep < reps; ++rep) {
             const double us = worst[static_cast<std::size_t>(rep) * np + p];
             if (rep == 0 || us < out[p].us) out[p].us = us;
         }
-        out[p].wrong = check_call(comm.mpi_comm(), coll, count, n, r, b, [&] { call(p); });
+        out[p].wrong = check_call(comm.mpi_comm(), o, coll, count, n, r, b, [&] { call(p); });
     }
     return out;
 }
@@ -370,7 +460,7 @@ int main(int argc, char** argv) {
             MPI_Finalize();
             return 0;
         }
-        o = parse(line);
+        o = parse(line, n);
     } catch (const usage_error& e) {
         usage(rank, e.what);
     }
@@ -387,10 +477,25 @@ int main(int argc, char** argv) {
         std::find(cmp_names.begin(), cmp_names.end(), "automatic") != cmp_names.end() && cmp_names.size() >= 2;
     const int cmp_reps = o.reps_given ? o.reps : 3;
 
+    // -J: the rows as JSON, written by rank 0.
+    std::FILE* json = nullptr;
+    std::size_t json_rows = 0;
+    if (!o.output_file.empty() && rank == 0) {
+        json = std::fopen(o.output_file.c_str(), "w");
+        if (json == nullptr) std::fprintf(stderr, "chorus_bench_mpi: -J: cannot write %s\n", o.output_file.c_str());
+    }
+    int json_ok = json != nullptr || o.output_file.empty() ? 1 : 0;
+    MPI_Bcast(&json_ok, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (!json_ok) {
+        MPI_Finalize();
+        return 2;
+    }
+
     std::uint64_t total_wrong = 0;
     int missed = 0;
     {
         comm_type comm(MPI_COMM_WORLD);
+        if (o.timeout_s > 0) comm.set_timeout(std::chrono::seconds(o.timeout_s));
         MPI_Comm mpi_comm = MPI_COMM_NULL;
         MPI_Comm_dup(MPI_COMM_WORLD, &mpi_comm);
         const int node_size = schedule_node_size(comm);
@@ -399,22 +504,44 @@ int main(int argc, char** argv) {
                                                  ? chorus::model::current()
                                                  : chorus::model::mpi_topology(node_size, hosts);
         if (rank == 0) {
-            std::printf("# chorus_bench_mpi: %d ranks on %d node(s) (%d on rank 0's), float sum, %d iters after %d warm-up, "
-                        "fastest of %d, malloc %s\n",
-                        n, comm.nodes(), comm.local_size(), o.iters, o.warmup, o.reps,
+            std::printf("# %s\n", chorus_cli::join_args({argv, std::size_t(argc)}, true).c_str());
+            std::printf("# chorus_bench_mpi: %d ranks on %d node(s) (%d on rank 0's), float sum, %lld calls (-n x -m) after "
+                        "%d warm-up, fastest of %d, malloc %s\n",
+                        n, comm.nodes(), comm.local_size(), o.timed_calls(), o.warmup, o.reps,
                         o.keep_malloc ? "as is" : "without mmap/trim (MALLOC_MMAP_MAX_=0 equivalent)");
-            std::printf("# size: bytes per rank (AllReduce: the buffer; AllGather: the input; ReduceScatter: the output)\n");
-            std::printf("# busbw = algbw * 2(n-1)/n (AllReduce), (n-1)/n (AllGather, ReduceScatter); algbw = size/time\n");
+            std::printf("%s\n", chorus_cli::nccl_config_line(o).c_str());
+            for (const std::string& note : o.notes) std::printf("# %s\n", note.c_str());
+            std::printf("# size: nccl-tests' size, the whole buffer (AllReduce: the buffer; AllGather: the whole receive\n"
+                        "#   buffer; ReduceScatter: the whole send buffer), count per rank (AllGather, ReduceScatter:\n"
+                        "#   -b/-e / n rounded down to 16-byte groups). Before issue 19 this program printed AllGather's\n"
+                        "#   and ReduceScatter's size per rank: figures measured then read n times lower.\n");
+            std::printf("# algbw = size/time; busbw = algbw * 2(n-1)/n (AllReduce), (n-1)/n (AllGather, ReduceScatter)\n");
+            std::printf("# time: each rank's time per call, %s (-a %d)%s\n", chorus_cli::nccl_average_name(o.average),
+                        o.average, o.report_cputime ? "; cputime (-C 1) is the same: calls are synchronous" : "");
             std::printf("# ratio = chorus busbw / MPI busbw, same run, same buffers; each row times its policy after MPI\n");
-            std::printf("%-15s %10s %10s %-18s %10s %9s %9s %6s %10s %9s %6s %7s\n", "collective", "size", "count", "algo",
-                        "time(us)", "algbw", "busbw", "#wrong", "mpi(us)", "mpi_bus", "#wrong", "ratio");
+            std::printf("%-15s %10s %10s %-18s %10s %9s %9s %6s %10s %9s %6s %7s%s\n", "collective", "size", "count",
+                        "algo", o.report_cputime ? "cputime(us)" : "time(us)", "algbw", "busbw", "#wrong", "mpi(us)",
+                        "mpi_bus", "#wrong", "ratio", o.report_timestamps ? "  timestamp" : "");
+            if (json != nullptr)
+                std::fprintf(json,
+                             "{\n  \"command\": \"%s\",\n  \"backend\": \"mpi\",\n  \"ranks\": %d,\n  \"nodes\": %d,\n"
+                             "  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"warmup\": %d,\n  \"reps\": %d,\n  \"average\": %d,\n"
+                             "  \"check\": %d,\n  \"size_semantics\": \"nccl-tests (whole buffer)\",\n  \"rows\": [",
+                             json_text(chorus_cli::join_args({argv, std::size_t(argc)}, true)).c_str(), n, comm.nodes(),
+                             o.iters, o.agg_iters, o.warmup, o.reps, o.average, o.check);
         }
         bufs b;
+        b.unalign = std::size_t(o.unalign);
         bufs shm(&comm); // --alloc
+        const std::vector<std::size_t> sizes = chorus_cli::nccl_sizes(o);
+        for (int cycle = 0; o.run_cycles == 0 || cycle < o.run_cycles; ++cycle)
         for (const coll_kind coll : o.colls) {
             const char* cname = coll_name(coll);
-            for (const std::size_t bytes : chorus_cli::sweep_sizes(o)) {
-                const std::size_t count = bytes / sizeof(float);
+            for (const std::size_t bytes : sizes) {
+                // nccl-tests' count: per rank for AllGather and ReduceScatter (rounded to 16-byte groups).
+                const std::size_t count = chorus_cli::nccl_count(coll, bytes, sizeof(float), n);
+                if (count == 0) continue; // the same on every rank
+                const std::size_t size = chorus_cli::nccl_size_bytes(coll, count, sizeof(float), n);
                 const timing m = measure(comm, o, coll, count, b, [&] { mpi_call(mpi_comm, coll, b); });
                 for (std::size_t row = 0; row < o.algos.size() * (o.alloc ? 2 : 1); ++row) {
                     const bool on_shm = o.alloc && row % 2 == 1;
@@ -424,14 +551,26 @@ int main(int argc, char** argv) {
                     const timing t = measure(comm, o, coll, count, x, [&] { chorus_call(comm, pol, coll, x); });
                     total_wrong += t.wrong + m.wrong;
                     if (rank == 0) {
-                        const double algbw = double(count * sizeof(float)) / t.us / 1e3;
-                        const double mpi_algbw = double(count * sizeof(float)) / m.us / 1e3;
-                        const double f = chorus_cli::bus_factor(coll, n);
-                        std::printf("%-15s %10zu %10zu %-18s %10.2f %9.2f %9.2f %6llu %10.2f %9.2f %6llu %7.2f\n",
-                                    cname, count * sizeof(float), count, algo.c_str(), t.us, algbw, algbw * f,
-                                    static_cast<unsigned long long>(t.wrong), m.us, mpi_algbw * f,
-                                    static_cast<unsigned long long>(m.wrong), m.us / t.us);
+                        const double algbw = chorus_cli::nccl_algbw(coll, count, sizeof(float), n, t.us * 1e-6);
+                        const double busbw = chorus_cli::nccl_busbw(coll, count, sizeof(float), n, t.us * 1e-6);
+                        const double mpi_busbw = chorus_cli::nccl_busbw(coll, count, sizeof(float), n, m.us * 1e-6);
+                        const std::string stamp = o.report_timestamps ? "  " + chorus_cli::timestamp_now() : "";
+                        std::printf("%-15s %10zu %10zu %-18s %10.2f %9.2f %9.2f %6llu %10.2f %9.2f %6llu %7.2f%s\n",
+                                    cname, size, count, algo.c_str(), t.us, algbw, busbw,
+                                    static_cast<unsigned long long>(t.wrong), m.us, mpi_busbw,
+                                    static_cast<unsigned long long>(m.wrong), m.us / t.us, stamp.c_str());
                         std::fflush(stdout);
+                        if (json != nullptr) {
+                            std::fprintf(json,
+                                         "%s\n    {\"collective\": \"%s\", \"algo\": \"%s\", \"size_bytes\": %zu, "
+                                         "\"count\": %zu, \"type\": \"float\", \"redop\": \"sum\", \"time_us\": %.3f, "
+                                         "\"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"wrong\": %llu, \"mpi_time_us\": %.3f, "
+                                         "\"mpi_busbw_gbps\": %.6f, \"mpi_wrong\": %llu}",
+                                         json_rows++ ? "," : "", cname, algo.c_str(), size, count, t.us, algbw, busbw,
+                                         static_cast<unsigned long long>(t.wrong), m.us, mpi_busbw,
+                                         static_cast<unsigned long long>(m.wrong));
+                            std::fflush(json);
+                        }
                     }
                 }
             }
@@ -451,20 +590,22 @@ int main(int argc, char** argv) {
                     std::printf("#\n# %s: automatic against the best fixed policy and MPI, INTERLEAVED (not the table "
                                 "above):\n"
                                 "#   per size and repetition every policy and MPI's own collective in turn in the same %d\n"
-                                "#   processes, the first one rotated each repetition; %d warm-up + %d timed calls each per\n"
-                                "#   repetition, time = the slowest rank's mean, fastest of %d repetitions; float, sum.\n"
+                                "#   processes, the first one rotated each repetition; %d warm-up + %lld timed calls each per\n"
+                                "#   repetition, time per call combined over ranks by -a, fastest of %d repetitions;\n"
+                                "#   float, sum; size: nccl-tests' (the whole buffer).\n"
                                 "#   In turn: %s.\n"
                                 "#   auto/mpi = automatic's time / MPI's (< 1: automatic faster). auto chose: what "
                                 "automatic ran.\n",
-                                coll_name(coll), n, o.warmup, o.iters, cmp_reps, names.c_str());
+                                coll_name(coll), n, o.warmup, o.timed_calls(), cmp_reps, names.c_str());
                     std::printf("#%11s %10s %19s %10s %10s %9s %9s %6s %18s %10s %8s %7s\n", "size(B)", "count",
                                 "best fixed", "best(us)", "auto(us)", "auto/best", "ring/auto", "<=1.10", "auto chose",
                                 "mpi(us)", "auto/mpi", "#wrong");
                 }
                 int coll_missed = 0;
                 std::uint64_t coll_wrong = 0;
-                for (const std::size_t bytes : chorus_cli::sweep_sizes(o)) {
-                    const std::size_t count = bytes / sizeof(float);
+                for (const std::size_t bytes : sizes) {
+                    const std::size_t count = chorus_cli::nccl_count(coll, bytes, sizeof(float), n);
+                    if (count == 0) continue;
                     const std::vector<timing> t = interleaved_size(
                         comm, o, coll, count, np,
                         [&](std::size_t p) {
@@ -491,7 +632,7 @@ int main(int argc, char** argv) {
                         if (ring < t.size()) std::snprintf(ring_ratio, sizeof ring_ratio, "%.2f", t[ring].us / t[autom].us);
                         const double mpi_us = t.back().us;
                         std::printf(" %11zu %10zu %19s %10.2f %10.2f %9.3f %9s %6s %18s %10.2f %8.3f %7" PRIu64 "\n",
-                                    count * sizeof(float), count, cmp_names[best].c_str(), t[best].us, t[autom].us, ratio,
+                                    chorus_cli::nccl_size_bytes(coll, count, sizeof(float), n), count, cmp_names[best].c_str(), t[best].us, t[autom].us, ratio,
                                     ring_ratio, ok ? "yes" : "NO", automatic_choice(coll, n, count, node_size, topo), mpi_us,
                                     t[autom].us / mpi_us, wrong);
                         std::fflush(stdout);
@@ -509,6 +650,11 @@ int main(int argc, char** argv) {
             }
         }
         MPI_Comm_free(&mpi_comm);
+    }
+    if (json != nullptr) {
+        std::fprintf(json, "%s],\n  \"wrong_total\": %llu\n}\n", json_rows ? "\n  " : "",
+                     static_cast<unsigned long long>(total_wrong));
+        std::fclose(json);
     }
     if (rank == 0) {
         if (missed != 0) std::printf("# automatic missed the 10 %% bar in %d rows (reported, not an error)\n", missed);

@@ -10,7 +10,10 @@
 //!    range, non-negative numbers, comma lists of names with "all", fixed
 //!    choices; every error names the option as it was typed;
 //!  - the collectives the programs measure, by name, with nccl-tests' bus
-//!    bandwidth factors.
+//!    bandwidth factors;
+//!  - nccl-tests' command line and size semantics (nccl_rows, nccl_options,
+//!    nccl_count, nccl_size_bytes, nccl_algbw/busbw, nccl_sizes), which the
+//!    four benchmark programs read (the tools keep their own options).
 //! Policies by name are the library's (chorus::policy_names,
 //! chorus::policy_from_name): parse_policies only reads them.
 //!
@@ -23,6 +26,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <ctime>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -424,10 +428,10 @@ inline std::vector<coll_kind> parse_collectives(std::string_view s, std::string_
 // What the benchmarks sweep
 // ---------------------------------------------------------------------------
 
-//! What chorus_bench, chorus_bench_mpi and chorus_bench_gpu sweep, read
-//! the nccl-tests way (-b -e -f -n -w, --reps) with --collectives; a
-//! program's defaults are these initialisers or what its options'
-//! constructor sets.
+//! A sweep, read the nccl-tests way (-b -e -f -n -w, --reps) with
+//! --collectives; a program's defaults are these initialisers or what its
+//! options' constructor sets. The benchmarks read it through nccl_rows
+//! (nccl_options adds nccl-tests' other options); sweep_rows reads it alone.
 struct sweep_options {
     std::vector<coll_kind> colls{std::begin(all_colls), std::end(all_colls)};
     std::size_t min_bytes = 8;
@@ -439,7 +443,7 @@ struct sweep_options {
     bool reps_given = false; //!< --reps was given (the interleaved comparisons default to 3)
 };
 
-//! Sweep sizes: min, min*f, ... up to max.
+//! Sweep sizes: min, min*f, ... up to max (nccl_sizes: with -i too).
 inline std::vector<std::size_t> sweep_sizes(const sweep_options& o) {
     std::vector<std::size_t> sizes;
     for (std::size_t s = o.min_bytes; s <= o.max_bytes; s *= o.step_factor) {
@@ -520,6 +524,374 @@ private:
     }
 
     std::string help_[7];
+    bool with_reps_;
+    std::span<const coll_kind> colls_;
+};
+
+// ---------------------------------------------------------------------------
+// nccl-tests' command line and size semantics
+// ---------------------------------------------------------------------------
+//
+// What nccl-tests' src/common.cu reads (its getopt table) and what its
+// per-collective files define (the counts behind the size column, algbw and
+// busbw), so that chorus's benchmarks take the same command lines and print
+// figures that compare with nccl-tests' own. chorus-only options are long
+// options only; every nccl-tests short option means what it means there, or
+// is accepted with an effect the program states in its header (flag_note).
+
+//! nccl-tests' per-rank count for a row of nominal size `bytes` (the -b/-e
+//! sweep value) of elements of `elem` bytes on `n` ranks: AllReduce,
+//! Broadcast and Reduce: bytes / elem; AllGather and ReduceScatter (and
+//! AlltoAll): bytes / elem / n, rounded down to whole 16-byte groups
+//! (`& ~(16/elem - 1)`), as its *GetCollByteCount functions round it. 0: the
+//! row moves nothing (nccl-tests still prints it; chorus skips it).
+inline std::size_t nccl_count(coll_kind c, std::size_t bytes, std::size_t elem, int n) {
+    const std::size_t count = bytes / elem;
+    if (!coll_count_per_rank(c)) return count;
+    const std::size_t group = elem < 16 ? 16 / elem : 1;
+    return count / std::size_t(n) / group * group;
+}
+
+//! nccl-tests' size column for a per-rank count: the larger of the send
+//! and receive buffers, i.e. the whole buffer (AllGather: the receive
+//! buffer, n * count elements; ReduceScatter: the send buffer, n * count;
+//! the others: count).
+inline std::size_t nccl_size_bytes(coll_kind c, std::size_t count, std::size_t elem, int n) {
+    return (coll_count_per_rank(c) ? count * std::size_t(n) : count) * elem;
+}
+
+//! nccl-tests' algbw, GB/s (1e9 B/s): the size column over the time.
+inline double nccl_algbw(coll_kind c, std::size_t count, std::size_t elem, int n, double seconds) {
+    return seconds > 0 ? double(nccl_size_bytes(c, count, elem, n)) / seconds / 1e9 : 0.0;
+}
+
+//! nccl-tests' busbw: algbw * bus_factor (AllReduce 2(n-1)/n, AllGather and
+//! ReduceScatter (n-1)/n, Broadcast and Reduce 1).
+inline double nccl_busbw(coll_kind c, std::size_t count, std::size_t elem, int n, double seconds) {
+    return nccl_algbw(c, count, elem, n, seconds) * bus_factor(c, n);
+}
+
+//! The values of nccl-tests' options (its names; its defaults unless a
+//! program sets others), on top of the sweep.
+struct nccl_options : sweep_options {
+    int nthreads = 1;                      //!< -t: threads per process
+    int ngpus = 1;                         //!< -g: GPUs per thread
+    bool nthreads_given = false, ngpus_given = false;
+    std::size_t step_bytes = std::size_t(1) << 20; //!< -i: added per row when the factor is 1
+    bool step_bytes_given = false, step_factor_given = false;
+    int agg_iters = 1;         //!< -m: calls per timed iteration
+    int run_cycles = 1;        //!< -N: times the whole sweep runs (0: until interrupted)
+    int parallel_init = 0;     //!< -p
+    int check = 1;             //!< -c: checked calls per row (0: none)
+    int blocking = 0;          //!< -z: 0..3
+    int stream_null = 0;       //!< -y
+    int timeout_s = 0;         //!< -T: seconds (0: chorus's default deadline)
+    int cudagraph = 0;         //!< -G: graph launches (0: eager)
+    int report_cputime = 0;    //!< -C
+    int report_timestamps = 0; //!< -S
+    std::string output_file;   //!< -J
+    int average = 1;           //!< -a: 0 rank 0, 1 mean, 2 min, 3 max over ranks
+    int local_register = 0;    //!< -R
+    int cta_policy = -1;       //!< -x
+    int device_impl = 0;       //!< -D
+    int device_cta_count = 16; //!< -V
+    int memory_report = 0;     //!< -M
+    int unalign = 0;           //!< -u: elements
+    int per_iter_timing = 0;   //!< -I
+    int per_iter_skip = 0;     //!< -K
+    //! "-G 1: ignored: no CUDA graph on the threads backend": one line per
+    //! given option the program has a note for, for its header.
+    std::vector<std::string> notes;
+
+    //! The calls one timed loop makes: -n iterations of -m calls.
+    long long timed_calls() const { return (long long)iters * agg_iters; }
+    //! Rows step by multiplying (nccl-tests: a factor > 1), else by adding -i.
+    bool multiply() const { return step_factor > 1 && (step_factor_given || !step_bytes_given); }
+};
+
+//! The sizes of the sweep the nccl-tests way: min, then size * f while f > 1
+//! (-f), else size + stepbytes (-i; also when -i is given without -f), up to
+//! max. Throws usage_error past a million rows.
+inline std::vector<std::size_t> nccl_sizes(const nccl_options& o) {
+    std::vector<std::size_t> sizes;
+    const bool mul = o.multiply();
+    for (std::size_t s = o.min_bytes; s <= o.max_bytes;) {
+        sizes.push_back(s);
+        if (sizes.size() > 1000000) throw usage_error{"-b/-e/-i/-f: more than a million sizes"};
+        if (mul ? s > o.max_bytes / o.step_factor : s > o.max_bytes - o.step_bytes) break;
+        s = mul ? s * o.step_factor : s + o.step_bytes;
+    }
+    return sizes;
+}
+
+//! nccl-tests' configuration line, "# nThread 1 nGpus 1 minBytes 8 maxBytes
+//! 134217728 step: 2(factor) warmup iters: 1 iters: 20 agg iters: 1
+//! validation: 1 graph: 0", which scripts read.
+inline std::string nccl_config_line(const nccl_options& o) {
+    return cat("# nThread ", std::to_string(o.nthreads), " nGpus ", std::to_string(o.ngpus), " minBytes ",
+               std::to_string(o.min_bytes), " maxBytes ", std::to_string(o.max_bytes), " step: ",
+               std::to_string(o.multiply() ? o.step_factor : o.step_bytes), o.multiply() ? "(factor)" : "(bytes)",
+               " warmup iters: ", std::to_string(o.warmup), " iters: ", std::to_string(o.iters), " agg iters: ",
+               std::to_string(o.agg_iters), " validation: ", std::to_string(o.check), " graph: ",
+               std::to_string(o.cudagraph));
+}
+
+//! What -a's value does to per-rank times (seconds): rank 0's (0), the
+//! mean (1), the least (2) or the greatest (3), as nccl-tests combines them.
+inline double nccl_combine(std::span<const double> per_rank, int average) {
+    if (per_rank.empty()) return 0;
+    switch (average) {
+    case 0: return per_rank[0];
+    case 2: return *std::min_element(per_rank.begin(), per_rank.end());
+    case 3: return *std::max_element(per_rank.begin(), per_rank.end());
+    default: {
+        double s = 0;
+        for (const double x : per_rank) s += x;
+        return s / double(per_rank.size());
+    }
+    }
+}
+
+//! -a's value in words, for headers: "the mean over ranks".
+inline const char* nccl_average_name(int average) {
+    switch (average) {
+    case 0: return "rank 0's";
+    case 2: return "the least over ranks";
+    case 3: return "the greatest over ranks";
+    default: return "the mean over ranks";
+    }
+}
+
+//! A "YYYY-MM-DD HH:MM:SS" stamp of now (local time): -S's column.
+inline std::string timestamp_now() {
+    char buf[32] = "";
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    if (localtime_r(&t, &tm) != nullptr) std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+    return buf;
+}
+
+//! What a program does with one nccl-tests option where that differs from
+//! nccl-tests' meaning ("ignored: no CUDA graph on the threads backend"):
+//! appended to its --help and, when the option is given, printed in the
+//! header (nccl_options::notes).
+struct flag_note {
+    std::string_view name; //!< the option's long name
+    std::string_view note;
+};
+
+//! The rows of nccl-tests' options (-t -g -b -e -i -f -n -m -w -N -p -c -z
+//! -y -T -G -C -S -J -a -R -x -D -V -M -u -I -K, with its long names), then
+//! chorus's --reps and --collectives, with a program's defaults `d` and
+//! notes. -o, -d, -r and -h are the program's own rows (their values
+//! differ per backend). Like sweep_rows, it holds the help texts: keep it
+//! (a static) for as long as the table.
+class nccl_rows {
+public:
+    nccl_rows(const nccl_options& d, std::span<const coll_kind> colls, std::initializer_list<flag_note> notes,
+              bool with_reps = true)
+        : notes_(notes), with_reps_(with_reps), colls_(colls) {
+        const auto dflt = [](long long v) { return cat(" (default ", std::to_string(v), ")"); };
+        for (const row& r : rows()) {
+            std::string h;
+            const std::string_view n = r.name;
+            if (n == "nthreads") h = cat("threads per process", dflt(d.nthreads));
+            else if (n == "ngpus") h = cat("GPUs per thread", dflt(d.ngpus));
+            else if (n == "minbytes")
+                h = cat("smallest size, bytes; suffixes K M G (default ", size_text(d.min_bytes),
+                        "); the size is nccl-tests' (AllGather: the whole receive buffer, ReduceScatter: the "
+                        "whole send buffer, others: the buffer)");
+            else if (n == "maxbytes") h = cat("largest size (default ", size_text(d.max_bytes), ")");
+            else if (n == "stepbytes")
+                h = cat("add this to the size each row when the factor is 1, or when -i is given without -f "
+                        "(default ", size_text(d.step_bytes), ")");
+            else if (n == "stepfactor")
+                h = cat("multiply the size by N each row; 1: add -i instead", dflt(long(d.step_factor)));
+            else if (n == "iters") h = cat("timed iterations per size", dflt(d.iters));
+            else if (n == "agg_iters") h = cat("calls per timed iteration; time = loop / (iters x agg_iters)",
+                                               dflt(d.agg_iters));
+            else if (n == "warmup_iters") h = cat("untimed calls before each size's timing", dflt(d.warmup));
+            else if (n == "run_cycles") h = cat("run the whole sweep N times, printing each (0: until interrupted)",
+                                                dflt(d.run_cycles));
+            else if (n == "parallel_init") h = cat("set up the ranks' communicators in parallel", dflt(d.parallel_init));
+            else if (n == "check") h = cat("checked calls per row, counted in #wrong (0: none)", dflt(d.check));
+            else if (n == "blocking")
+                h = cat("1 wait and barrier after each call, 2 wait after each call, 3 wait and barrier after "
+                        "each iteration (-n), barrier not timed", dflt(d.blocking));
+            else if (n == "stream_null") h = cat("issue on the null stream", dflt(d.stream_null));
+            else if (n == "timeout") h = cat("seconds a rank may wait before the run fails (0: chorus's default deadline)",
+                                             dflt(d.timeout_s));
+            else if (n == "cudagraph") h = cat("capture the -n iterations in a CUDA graph and time N launches of it "
+                                               "(0: eager calls)", dflt(d.cudagraph));
+            else if (n == "report_cputime") h = cat("report the host's time to issue the calls", dflt(d.report_cputime));
+            else if (n == "report_timestamps") h = cat("a timestamp column at the end of each row",
+                                                       dflt(d.report_timestamps));
+            else if (n == "output_file") h = "also write the results as JSON to FILE (chorus's layout, not nccl-tests')";
+            else if (n == "average")
+                h = cat("the time reported is rank 0's (0), the mean (1), the least (2) or the greatest (3) "
+                        "over ranks", dflt(d.average));
+            else if (n == "local_register") h = cat("register the buffers (1 local, 2 symmetric)", dflt(d.local_register));
+            else if (n == "cta_policy") h = "NCCL's CTA policy";
+            else if (n == "device_implementation") h = cat("NCCL's device-API implementation", dflt(d.device_impl));
+            else if (n == "device_cta_count") h = cat("CTAs of the device-API implementation", dflt(d.device_cta_count));
+            else if (n == "memory") h = cat("report memory use", dflt(d.memory_report));
+            else if (n == "unalign") h = cat("start the buffers this many elements past their alignment",
+                                             dflt(d.unalign));
+            else if (n == "per_iter_timing") h = cat("per-iteration timing columns", dflt(d.per_iter_timing));
+            else if (n == "per_iter_skip") h = cat("leading iterations -I leaves out", dflt(d.per_iter_skip));
+            else if (n == "reps")
+                h = cat("chorus: time R loops of -n iterations, keep the fastest (default ", std::to_string(d.reps),
+                        "; 3 in the interleaved automatic comparison)");
+            else if (n == "collectives")
+                h = cat("chorus: ", names_of(colls, coll_name), " or all (default ",
+                        std::equal(colls.begin(), colls.end(), d.colls.begin(), d.colls.end())
+                            ? std::string("all")
+                            : names_of(d.colls, coll_name),
+                        ")");
+            if (!h.empty())
+                if (const std::string_view why = note(n); !why.empty()) h.append(cat("\nhere: ", why));
+            help_.push_back(std::move(h));
+        }
+    }
+    nccl_rows(const nccl_rows&) = delete;
+    nccl_rows& operator=(const nccl_rows&) = delete;
+
+    //! A whole table: these rows, then `rest`.
+    std::vector<option> then(std::initializer_list<option> rest) const {
+        std::vector<option> table;
+        std::size_t k = 0;
+        for (const row& r : rows()) {
+            const std::string& h = help_[k++];
+            if (r.name == "reps" && !with_reps_) continue;
+            table.push_back({r.name, r.short_name, r.arg, h});
+        }
+        table.insert(table.end(), rest.begin(), rest.end());
+        return table;
+    }
+
+    //! Reads `g` into `o` if it is one of these options; false if not.
+    bool read(const given_option& g, nccl_options& o) const {
+        const std::string_view v = g.value;
+        const std::string& f = g.flag;
+        const auto flag01 = [&] { return int(parse_int(v, f, 0, 1)); };
+        constexpr long long most = 1LL << 30;
+        if (g.is("nthreads")) {
+            o.nthreads = int(parse_int(v, f, 1, 4096));
+            o.nthreads_given = true;
+        } else if (g.is("ngpus")) {
+            o.ngpus = int(parse_int(v, f, 1, 4096));
+            o.ngpus_given = true;
+        } else if (g.is("minbytes")) o.min_bytes = parse_bytes(v, f);
+        else if (g.is("maxbytes")) o.max_bytes = parse_bytes(v, f);
+        else if (g.is("stepbytes")) {
+            o.step_bytes = parse_bytes(v, f);
+            if (o.step_bytes == 0) throw usage_error{cat(f, ": the step must be at least 1 byte")};
+            o.step_bytes_given = true;
+        } else if (g.is("stepfactor")) {
+            o.step_factor = std::size_t(parse_int(v, f, 1, 1 << 20));
+            o.step_factor_given = true;
+        } else if (g.is("iters")) o.iters = int(parse_int(v, f, 1, most));
+        else if (g.is("agg_iters")) o.agg_iters = int(parse_int(v, f, 1, 1 << 20));
+        else if (g.is("warmup_iters") || g.is("warmup")) o.warmup = int(parse_int(v, f, 0, most));
+        else if (g.is("run_cycles")) o.run_cycles = int(parse_int(v, f, 0, most));
+        else if (g.is("parallel_init")) o.parallel_init = flag01();
+        else if (g.is("check")) o.check = int(parse_int(v, f, 0, 1 << 20));
+        else if (g.is("blocking")) o.blocking = int(parse_int(v, f, 0, 3));
+        else if (g.is("stream_null")) o.stream_null = flag01();
+        else if (g.is("timeout")) o.timeout_s = int(parse_int(v, f, 0, 1 << 24));
+        else if (g.is("cudagraph")) o.cudagraph = int(parse_int(v, f, 0, 1 << 20));
+        else if (g.is("report_cputime")) o.report_cputime = flag01();
+        else if (g.is("report_timestamps")) o.report_timestamps = flag01();
+        else if (g.is("output_file")) {
+            if (v.empty()) throw usage_error{cat(f, ": an empty file name")};
+            o.output_file = std::string(v);
+        } else if (g.is("average")) {
+            if (v.empty() || v.find_first_not_of("0123456789") != std::string_view::npos)
+                throw usage_error{cat(f, ": expected 0, 1, 2 or 3 (rank 0, mean, least, greatest over ranks), got '",
+                                      v, "'; the algorithm is --algo")};
+            o.average = int(parse_int(v, f, 0, 3));
+        } else if (g.is("local_register")) o.local_register = int(parse_int(v, f, 0, 2));
+        else if (g.is("cta_policy")) o.cta_policy = int(parse_int(v, f, 0, 2));
+        else if (g.is("device_implementation")) o.device_impl = int(parse_int(v, f, 0, 1 << 20));
+        else if (g.is("device_cta_count")) o.device_cta_count = int(parse_int(v, f, 1, 127));
+        else if (g.is("memory")) o.memory_report = flag01();
+        else if (g.is("unalign")) o.unalign = int(parse_int(v, f, 0, 4096));
+        else if (g.is("per_iter_timing")) o.per_iter_timing = flag01();
+        else if (g.is("per_iter_skip")) o.per_iter_skip = int(parse_int(v, f, 0, most));
+        else if (g.is("reps")) {
+            o.reps = int(parse_int(v, f, 1, 1000));
+            o.reps_given = true;
+        } else if (g.is("collectives")) {
+            o.colls = parse_collectives(v, f, colls_);
+        } else {
+            return false;
+        }
+        if (const std::string_view why = note(g.opt->name); !why.empty())
+            o.notes.push_back(cat(g.flag, g.value.empty() ? "" : " ", g.value, ": ", why));
+        return true;
+    }
+
+    //! Checks what no program can run: -b > -e, a zero size stepped by a factor.
+    static void check_sweep(const nccl_options& o) {
+        if (o.min_bytes > o.max_bytes)
+            throw usage_error{cat("-b/--minbytes ", std::to_string(o.min_bytes), " is larger than -e/--maxbytes ",
+                                  std::to_string(o.max_bytes))};
+        if (o.min_bytes == 0 && o.multiply())
+            throw usage_error{"-b/--minbytes 0 with a step factor: the size would never grow (use -b 1 or -i)"};
+    }
+
+private:
+    struct row {
+        std::string_view name;
+        char short_name;
+        std::string_view arg;
+    };
+    //! nccl-tests' options in its --help order; "warmup" is chorus's older
+    //! spelling of --warmup_iters (left out of --help).
+    static std::span<const row> rows() {
+        static constexpr row r[] = {
+            {"nthreads", 't', "N"},
+            {"ngpus", 'g', "N"},
+            {"minbytes", 'b', "SIZE"},
+            {"maxbytes", 'e', "SIZE"},
+            {"stepbytes", 'i', "SIZE"},
+            {"stepfactor", 'f', "N"},
+            {"iters", 'n', "N"},
+            {"agg_iters", 'm', "N"},
+            {"warmup_iters", 'w', "N"},
+            {"warmup", 0, "N"},
+            {"run_cycles", 'N', "N"},
+            {"parallel_init", 'p', "0|1"},
+            {"check", 'c', "N"},
+            {"blocking", 'z', "0..3"},
+            {"stream_null", 'y', "0|1"},
+            {"timeout", 'T', "SEC"},
+            {"cudagraph", 'G', "N"},
+            {"report_cputime", 'C', "0|1"},
+            {"report_timestamps", 'S', "0|1"},
+            {"output_file", 'J', "FILE"},
+            {"average", 'a', "0..3"},
+            {"local_register", 'R', "0..2"},
+            {"cta_policy", 'x', "0..2"},
+            {"device_implementation", 'D', "N"},
+            {"device_cta_count", 'V', "N"},
+            {"memory", 'M', "0|1"},
+            {"unalign", 'u', "N"},
+            {"per_iter_timing", 'I', "0|1"},
+            {"per_iter_skip", 'K', "N"},
+            {"reps", 0, "R"},
+            {"collectives", 0, "LIST"},
+        };
+        return r;
+    }
+    std::string_view note(std::string_view name) const {
+        for (const flag_note& n : notes_)
+            if (n.name == name) return n.note;
+        return {};
+    }
+
+    std::vector<flag_note> notes_;
+    std::vector<std::string> help_; //!< per rows() entry; empty: left out of --help
     bool with_reps_;
     std::span<const coll_kind> colls_;
 };

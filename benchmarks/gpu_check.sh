@@ -239,38 +239,38 @@ run_bench() {
 LARGE=(-b 1M -e 256M -f 2)
 SMALL=(-b 8 -e 64K -f 2)
 # (a) AllReduce float, 8 virtual ranks, ring, 16 and 32 channels
-run_bench a_allreduce_ring --ranks 8 --collectives all_reduce --type float --algo ring \
+run_bench a_allreduce_ring --ranks 8 --collectives all_reduce -d float --algo ring \
     --channels 16,32 --chunk 256K,1M "${LARGE[@]}" -n 40 -w 5
 # (b) AllReduce float, 8 virtual ranks, direct, small messages
-run_bench b_allreduce_direct_small --ranks 8 --collectives all_reduce --type float --algo direct \
+run_bench b_allreduce_direct_small --ranks 8 --collectives all_reduce -d float --algo direct \
     --channels 1,2,4 --chunk 64K "${SMALL[@]}" -n 500 -w 50
 # (c) AllGather and ReduceScatter, 8 ranks, ring
-run_bench c_allgather_reducescatter_ring --ranks 8 --collectives all_gather,reduce_scatter --type float \
+run_bench c_allgather_reducescatter_ring --ranks 8 --collectives all_gather,reduce_scatter -d float \
     --algo ring --channels 16,32 --chunk 256K "${LARGE[@]}" -n 20 -w 3
 # (d) bfloat16 AllReduce, 8 ranks: ring on large, direct on small messages
-run_bench d_allreduce_bf16_ring --ranks 8 --collectives all_reduce --type bf16 --algo ring \
+run_bench d_allreduce_bf16_ring --ranks 8 --collectives all_reduce -d bfloat16 --algo ring \
     --channels 16,32 --chunk 256K "${LARGE[@]}" -n 20 -w 3
-run_bench d_allreduce_bf16_direct_small --ranks 8 --collectives all_reduce --type bf16 --algo direct \
+run_bench d_allreduce_bf16_direct_small --ranks 8 --collectives all_reduce -d bfloat16 --algo direct \
     --channels 1,4 --chunk 64K "${SMALL[@]}" -n 500 -w 50
 # (e) one rank per device
 if ((NGPU > 1)); then
-    run_bench e_devices_ring --devices --collectives all_reduce,all_gather,reduce_scatter --type float \
+    run_bench e_devices_ring --devices --collectives all_reduce,all_gather,reduce_scatter -d float \
         --algo ring --channels 16,32 --chunk 256K -b 1M -e 256M -f 4 -n 20 -w 3
-    run_bench e_devices_direct_small --devices --collectives all_reduce --type float --algo direct \
+    run_bench e_devices_direct_small --devices --collectives all_reduce -d float --algo direct \
         --channels 1,4 --chunk 64K "${SMALL[@]}" -n 500 -w 50
 fi
 # (f) the rest, coarse: Broadcast and Reduce (ring), AllReduce hierarchical<> (2 emulated nodes of 4)
-run_bench f_broadcast_reduce_ring --ranks 8 --collectives broadcast,reduce --type float --algo ring \
+run_bench f_broadcast_reduce_ring --ranks 8 --collectives broadcast,reduce -d float --algo ring \
     --channels 16 --chunk 256K -b 1M -e 256M -f 16 -n 10 -w 2
-run_bench f_allreduce_hierarchical --ranks 8 --ranks-per-node 4 --collectives all_reduce --type float \
+run_bench f_allreduce_hierarchical --ranks 8 --ranks-per-node 4 --collectives all_reduce -d float \
     --algo hierarchical --channels 16 --chunk 256K -b 1M -e 256M -f 16 -n 10 -w 2
 # (g) AllReduce float, 8 virtual ranks, 8 B..64 MiB: automatic against ring<> and direct<> with their
 # default tunings (ring<>: 1 channel, 256 KiB; direct<>: 1 channel, 1 MiB), which are what automatic runs.
 # automatic ignores --channels/--chunk; its CSV column 22 (chosen) is its pick per size.
 G_SIZES=(-b 8 -e 64M -f 2 -n 30 -w 3)
-run_bench g_allreduce_automatic_ring --ranks 8 --collectives all_reduce --type float --algo automatic,ring \
+run_bench g_allreduce_automatic_ring --ranks 8 --collectives all_reduce -d float --algo automatic,ring \
     --channels 1 --chunk 256K "${G_SIZES[@]}"
-run_bench g_allreduce_direct_default --ranks 8 --collectives all_reduce --type float --algo direct \
+run_bench g_allreduce_direct_default --ranks 8 --collectives all_reduce -d float --algo direct \
     --channels 1 --chunk 1M "${G_SIZES[@]}"
 
 # --- summary -----------------------------------------------------------------------------
@@ -280,7 +280,8 @@ csv() { # csv NAME: the rows of NAME.csv without the header (nothing if absent)
     fi
 }
 # CSV columns: 1 collective, 2 type, 3 algo, 4 channels, 5 chunk_bytes, 6 ranks, 7 devices,
-# 8 node_size, 9 graph, 10 iters, 11 warmup, 12 size_bytes, 13 count, 14 time_us, 15 algbw,
+# 8 node_size, 9 graph (-G: timed graph launches, 0 eager), 10 iters, 11 warmup, 12 size_bytes
+# (nccl-tests' size: AllGather/ReduceScatter the whole buffer), 13 count, 14 time_us, 15 algbw,
 # 16 busbw, 17 moved_bytes, 18 moved_gbps, 19 copy_gbps, 20 copy_ratio, 21 wrong,
 # 22 chosen (the algorithm that ran: automatic's pick, else the algo itself)
 S256=268435456
