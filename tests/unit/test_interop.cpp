@@ -153,7 +153,7 @@ TEST_CASE("containers and other spans are taken where a std::span is (collective
         chorus_test::failure_log log;
         chorus::run_threads(n, [&](communicator<threads>& comm) {
             const int r = comm.rank();
-            const std::size_t un = std::size_t(n), ur = std::size_t(r);
+            const std::size_t un = std::size_t(n);
             auto check = [&](bool ok, const char* what) {
                 if (!ok) log.add(std::string(what) + " rank " + std::to_string(r) + " of " + std::to_string(n));
             };

@@ -149,68 +149,27 @@ inline constexpr bool standard_exact = std::is_arithmetic_v<T> && (std::is_void_
 template <class U, class T>
 inline constexpr bool standard_exact_int = std::is_integral_v<T> && standard_exact<U, T>;
 
-template <class U, class T>
-    requires standard_exact<U, T>
-struct canonical_op<std::plus<U>, T> {
-    using type = sum;
-};
-template <class U, class T>
-    requires standard_exact<U, T>
-struct canonical_op<std::multiplies<U>, T> {
-    using type = prod;
-};
-template <class U, class T>
-    requires standard_exact_int<U, T>
-struct canonical_op<std::bit_and<U>, T> {
-    using type = bit_and;
-};
-template <class U, class T>
-    requires standard_exact_int<U, T>
-struct canonical_op<std::bit_or<U>, T> {
-    using type = bit_or;
-};
-template <class U, class T>
-    requires standard_exact_int<U, T>
-struct canonical_op<std::bit_xor<U>, T> {
-    using type = bit_xor;
-};
+#define CHORUS_CANONICAL_OP(functor, exact, builtin)                                                                    \
+    template <class U, class T>                                                                                        \
+        requires exact<U, T>                                                                                           \
+    struct canonical_op<functor<U>, T> {                                                                               \
+        using type = builtin;                                                                                          \
+    };
+CHORUS_CANONICAL_OP(std::plus, standard_exact, chorus::sum)
+CHORUS_CANONICAL_OP(std::multiplies, standard_exact, chorus::prod)
+CHORUS_CANONICAL_OP(std::bit_and, standard_exact_int, chorus::bit_and)
+CHORUS_CANONICAL_OP(std::bit_or, standard_exact_int, chorus::bit_or)
+CHORUS_CANONICAL_OP(std::bit_xor, standard_exact_int, chorus::bit_xor)
 #if defined(__CUDACC__) && CHORUS_HAS_LIBCUDACXX
-template <class U, class T>
-    requires standard_exact<U, T>
-struct canonical_op<cuda::std::plus<U>, T> {
-    using type = sum;
-};
-template <class U, class T>
-    requires standard_exact<U, T>
-struct canonical_op<cuda::std::multiplies<U>, T> {
-    using type = prod;
-};
-template <class U, class T>
-    requires standard_exact_int<U, T>
-struct canonical_op<cuda::std::bit_and<U>, T> {
-    using type = bit_and;
-};
-template <class U, class T>
-    requires standard_exact_int<U, T>
-struct canonical_op<cuda::std::bit_or<U>, T> {
-    using type = bit_or;
-};
-template <class U, class T>
-    requires standard_exact_int<U, T>
-struct canonical_op<cuda::std::bit_xor<U>, T> {
-    using type = bit_xor;
-};
-template <class U, class T>
-    requires standard_exact<U, T> // both `a < b ? b : a`
-struct canonical_op<cuda::maximum<U>, T> {
-    using type = max;
-};
-template <class U, class T>
-    requires standard_exact_int<U, T> // on floats the two differ for NaN and -0
-struct canonical_op<cuda::minimum<U>, T> {
-    using type = min;
-};
+CHORUS_CANONICAL_OP(cuda::std::plus, standard_exact, chorus::sum)
+CHORUS_CANONICAL_OP(cuda::std::multiplies, standard_exact, chorus::prod)
+CHORUS_CANONICAL_OP(cuda::std::bit_and, standard_exact_int, chorus::bit_and)
+CHORUS_CANONICAL_OP(cuda::std::bit_or, standard_exact_int, chorus::bit_or)
+CHORUS_CANONICAL_OP(cuda::std::bit_xor, standard_exact_int, chorus::bit_xor)
+CHORUS_CANONICAL_OP(cuda::maximum, standard_exact, chorus::max)         // both `a < b ? b : a`
+CHORUS_CANONICAL_OP(cuda::minimum, standard_exact_int, chorus::min)     // on floats the two differ for NaN and -0
 #endif
+#undef CHORUS_CANONICAL_OP
 template <class Op, class T>
 using canonical_op_t = typename canonical_op<Op, T>::type;
 

@@ -62,60 +62,29 @@ struct standard_op_traits {
 };
 } // namespace detail
 
-// std::plus<U> and its kin (U = void is the transparent form, std::plus<>).
-template <class U>
-struct op_traits<std::plus<U>> : detail::standard_op_traits<false> {
-    static constexpr const char* name() { return "std::plus"; }
-};
-template <class U>
-struct op_traits<std::multiplies<U>> : detail::standard_op_traits<false> {
-    static constexpr const char* name() { return "std::multiplies"; }
-};
-template <class U>
-struct op_traits<std::bit_and<U>> : detail::standard_op_traits<true> {
-    static constexpr const char* name() { return "std::bit_and"; }
-};
-template <class U>
-struct op_traits<std::bit_or<U>> : detail::standard_op_traits<true> {
-    static constexpr const char* name() { return "std::bit_or"; }
-};
-template <class U>
-struct op_traits<std::bit_xor<U>> : detail::standard_op_traits<true> {
-    static constexpr const char* name() { return "std::bit_xor"; }
-};
-
-#if defined(__CUDACC__) && CHORUS_HAS_LIBCUDACXX
-// libcu++'s, in CUDA translation units (host-compiled code never parses
+// std::plus<U> and its kin (U = void is the transparent form, std::plus<>);
+// in CUDA translation units libcu++'s too (host-compiled code never parses
 // libcu++, core/atomic.hpp).
-template <class U>
-struct op_traits<cuda::std::plus<U>> : detail::standard_op_traits<false> {
-    static constexpr const char* name() { return "cuda::std::plus"; }
-};
-template <class U>
-struct op_traits<cuda::std::multiplies<U>> : detail::standard_op_traits<false> {
-    static constexpr const char* name() { return "cuda::std::multiplies"; }
-};
-template <class U>
-struct op_traits<cuda::std::bit_and<U>> : detail::standard_op_traits<true> {
-    static constexpr const char* name() { return "cuda::std::bit_and"; }
-};
-template <class U>
-struct op_traits<cuda::std::bit_or<U>> : detail::standard_op_traits<true> {
-    static constexpr const char* name() { return "cuda::std::bit_or"; }
-};
-template <class U>
-struct op_traits<cuda::std::bit_xor<U>> : detail::standard_op_traits<true> {
-    static constexpr const char* name() { return "cuda::std::bit_xor"; }
-};
-template <class U>
-struct op_traits<cuda::maximum<U>> : detail::standard_op_traits<false> {
-    static constexpr const char* name() { return "cuda::maximum"; }
-};
-template <class U>
-struct op_traits<cuda::minimum<U>> : detail::standard_op_traits<false> {
-    static constexpr const char* name() { return "cuda::minimum"; }
-};
+#define CHORUS_STANDARD_OP_TRAITS(functor, integral)                                                                   \
+    template <class U>                                                                                                 \
+    struct op_traits<functor<U>> : detail::standard_op_traits<integral> {                                              \
+        static constexpr const char* name() { return #functor; }                                                       \
+    };
+CHORUS_STANDARD_OP_TRAITS(std::plus, false)
+CHORUS_STANDARD_OP_TRAITS(std::multiplies, false)
+CHORUS_STANDARD_OP_TRAITS(std::bit_and, true)
+CHORUS_STANDARD_OP_TRAITS(std::bit_or, true)
+CHORUS_STANDARD_OP_TRAITS(std::bit_xor, true)
+#if defined(__CUDACC__) && CHORUS_HAS_LIBCUDACXX
+CHORUS_STANDARD_OP_TRAITS(cuda::std::plus, false)
+CHORUS_STANDARD_OP_TRAITS(cuda::std::multiplies, false)
+CHORUS_STANDARD_OP_TRAITS(cuda::std::bit_and, true)
+CHORUS_STANDARD_OP_TRAITS(cuda::std::bit_or, true)
+CHORUS_STANDARD_OP_TRAITS(cuda::std::bit_xor, true)
+CHORUS_STANDARD_OP_TRAITS(cuda::maximum, false)
+CHORUS_STANDARD_OP_TRAITS(cuda::minimum, false)
 #endif
+#undef CHORUS_STANDARD_OP_TRAITS
 
 //! The type reductions of T are carried out in: T itself, except for the
 //! 16-bit floating-point types, which accumulate in float.
