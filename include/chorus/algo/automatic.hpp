@@ -129,6 +129,13 @@ struct auto_memo {
 //! schedule_memo): eight call shapes, by auto_memo::slot. Not thread-safe.
 struct choice_memo {
     auto_memo entry[8];
+    //! The log (CHORUS_DEBUG=INFO): the rank whose calls these are (-1:
+    //! unknown; a peer's schedule planned here is not logged), and the call
+    //! shapes already shown, so a choice evicted and made again is shown
+    //! once (automatic::log_choice).
+    int owner = -1;
+    std::uint64_t logged[16] = {};
+    unsigned logged_next = 0;
 };
 } // namespace detail
 
@@ -151,9 +158,9 @@ struct automatic {
         if (!m.matches(a, &t, figures)) {
             m = detail::auto_memo{&t, figures, a.count * a.elem_bytes, a.scratch_limit_bytes, a.nranks,
                                   a.node_size, a.coll, a.commutative, a.in_place, true, pick(a, t)};
-            // Once per call shape the memo holds (CHORUS_DEBUG=INFO).
+            // Where the memo is filled (CHORUS_DEBUG=INFO), once per call shape.
             if (detail::log_enabled(detail::log_level::info)) [[unlikely]]
-                log_choice(a, t, m.which);
+                log_choice(a, t, m.which, *memo);
         }
         return m.which;
     }
@@ -211,7 +218,22 @@ private:
         return which;
     }
     //! The INFO line of a choice: the call shape, the pick, every candidate's prediction.
-    [[gnu::cold]] static void log_choice(const schedule_args& a, const model::topology& t, model::algorithm which) {
+    [[gnu::cold]] static void log_choice(const schedule_args& a, const model::topology& t, model::algorithm which,
+                                         detail::choice_memo& memo) {
+        if (memo.owner >= 0 && a.rank != memo.owner) return; // a peer's schedule, planned by this rank
+        std::uint64_t key = 0xcbf29ce484222325ull; // FNV-1a over the shape, the topology and the pick
+        auto mix = [&key](std::uint64_t v) {
+            for (int i = 0; i < 8; ++i) key = (key ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+        };
+        mix(a.count * a.elem_bytes);
+        mix(std::uint64_t(a.coll) | std::uint64_t(a.commutative) << 8 | std::uint64_t(a.in_place) << 9 |
+            std::uint64_t(std::uint32_t(a.nranks)) << 16 | std::uint64_t(std::uint32_t(a.node_size)) << 40);
+        mix(a.scratch_limit_bytes);
+        mix(reinterpret_cast<std::uintptr_t>(&t));
+        mix(std::uint64_t(which));
+        for (const std::uint64_t k : memo.logged)
+            if (k == key) return;
+        memo.logged[memo.logged_next++ % 16] = key;
         char costs[1024];
         predictions_text(a, t, costs, sizeof costs);
         const int rpn = detail::choice_ranks_per_node(a, t);

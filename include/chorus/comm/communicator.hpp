@@ -115,8 +115,7 @@ inline call_info info_of(const call& c, call_schedules* s) {
         i.channels = p.tune.channels > 0 ? p.tune.channels : 1;
         return i;
     }
-    any_schedule planned_here{};
-    const any_schedule& sch = s != nullptr ? s->mine() : (planned_here = make_schedule(p, c.args));
+    const any_schedule sch = s != nullptr ? s->mine() : make_schedule(p, c.args);
     i.channels = sch.channels();
     if (p.deterministic) {
         // Reductions fold in rank order (direct or two-shot); copies run Algo, or automatic's pick.
@@ -168,6 +167,7 @@ public:
     template <class... A>
         requires std::constructible_from<transport_type, A...>
     explicit communicator(A&&... a) : t_(std::forward<A>(a)...) {
+        schedules_.choices().owner = rank(); // the log names the rank whose choice it was
         load_defaults();
         // Checked mode changes what a call exchanges: where ranks could
         // read different settings (MPI processes), the transport makes them
