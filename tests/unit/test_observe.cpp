@@ -83,10 +83,11 @@ TEST_CASE("observe: CHORUS_DEBUG levels parse in any case; anything else is refu
                                                       {" Info ", log_level::info},     {"INFO\n", log_level::info},
                                                       {"trace", log_level::trace},     {"TrAcE", log_level::trace},
                                                       {"VERSION", log_level::version}};
-    for (const auto& [text, want] : good) {
+    for (const auto& g : good) {
+        const char* text = g.first;
         CAPTURE(text);
         CHECK(chorus::detail::parse_log_level(text, l));
-        CHECK(l == want);
+        CHECK(l == g.second);
     }
     for (const char* bad : {"LOUD", "1", "INFO2", "debug", "WARN,INFO", "ABORT"}) {
         CAPTURE(bad);
