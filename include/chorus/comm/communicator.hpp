@@ -345,7 +345,9 @@ private:
     template <class T, class Op>
     void describe(detail::call& c, const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
                   int root, std::span<const std::uint64_t> counts) {
-        c = detail::call{};
+        // Every field is assigned below (no temporary: this runs on every call).
+        c.counts_id = 0;
+        c.small = false;
         c.coll = coll;
         c.pol = pol;
         c.in = in;
@@ -401,9 +403,16 @@ private:
     void run(const detail::call& c, const Op& op) {
         const running_scope scope(this);
         detail::call_schedules s(schedules_, c);
-        detail::nvtx_range range; // around the call, on the thread that runs it
         if (detail::log_enabled(detail::log_level::info) || detail::nvtx_range::active()) [[unlikely]]
-            observe(c, s, range);
+            return run_observed<T>(c, op, s);
+        t_.template run<T>(c, op, s);
+    }
+    //! run() while the log is at INFO or an NVTX tool listens: the call in
+    //! its range, on the thread that runs it (kept off the plain path).
+    template <class T, class Op>
+    CHORUS_NOINLINE void run_observed(const detail::call& c, const Op& op, detail::call_schedules& s) {
+        detail::nvtx_range range;
+        observe(c, s, range);
         t_.template run<T>(c, op, s);
     }
 

@@ -15,8 +15,9 @@
 //! reached by and `automatic`'s choice per call shape with the predicted
 //! time of every candidate, TRACE adds a line per call. Any other value
 //! prints one warning listing the valid ones and leaves the log off.
-//! The variables are read once per process, on first use; what a call
-//! pays while the log is off is one load and a branch (log_enabled).
+//! The variables are read once per process, on first use (log_config(), a
+//! function-local static); what a call pays while the log is off is one
+//! load and a compare of the cached level (log_enabled).
 
 #include <atomic>
 #include <cstdarg>
@@ -137,6 +138,10 @@ inline std::string log_host() {
     return "unknown";
 }
 
+//! The level in force, cached for log_enabled(): -1 until log_config()
+//! has read the environment.
+inline std::atomic<int> log_level_now{-1};
+
 //! The log's process-wide state: made on first use from the environment.
 class log_state {
 public:
@@ -149,20 +154,20 @@ public:
             l = log_level::off;
         }
         if (l > log_level::off) open_file();
-        level_.store(int(l), std::memory_order_relaxed);
+        log_level_now.store(int(l), std::memory_order_release);
     }
     // The file stays open until the process ends (every line is flushed):
     // a communicator destroyed during static destruction may still log.
     log_state(const log_state&) = delete;
     log_state& operator=(const log_state&) = delete;
 
-    log_level level() const noexcept { return log_level(level_.load(std::memory_order_relaxed)); }
+    log_level level() const noexcept { return log_level(log_level_now.load(std::memory_order_relaxed)); }
     std::FILE* out() const noexcept {
         std::FILE* f = out_.load(std::memory_order_acquire);
         return f != nullptr ? f : stderr;
     }
     //! Tests (scoped_log): another level and destination, returning the old ones.
-    log_level exchange_level(log_level l) noexcept { return log_level(level_.exchange(int(l))); }
+    log_level exchange_level(log_level l) noexcept { return log_level(log_level_now.exchange(int(l))); }
     std::FILE* exchange_out(std::FILE* f) noexcept { return out_.exchange(f); }
     //! True once per process: the caller prints the version line.
     bool first_version_line() noexcept { return !version_said_.exchange(true); }
@@ -181,7 +186,6 @@ private:
         out_.store(f, std::memory_order_release);
     }
 
-    std::atomic<int> level_{0};
     std::atomic<std::FILE*> out_{nullptr}; //!< null: stderr
     std::atomic<bool> version_said_{false};
 };
@@ -191,8 +195,17 @@ inline log_state& log_config() {
     return s;
 }
 
-//! Whether events of level `l` are logged: what a call pays while the log is off.
-inline bool log_enabled(log_level l) noexcept { return log_config().level() >= l; }
+//! The level, reading the environment first if nobody has yet.
+[[gnu::cold]] CHORUS_NOINLINE inline int log_level_first() { return int(log_config().level()); }
+
+//! Whether events of level `l` are logged: what a call pays while the log
+//! is off (one load, two compares; the environment is read on first use).
+inline bool log_enabled(log_level l) noexcept {
+    int v = log_level_now.load(std::memory_order_relaxed);
+    if (v < 0) [[unlikely]]
+        v = log_level_first();
+    return v >= int(l);
+}
 
 //! Writes one line: "chorus LEVEL [rank r/n pid p] text" (rank < 0: "[pid p]").
 //! The line is formatted first and written with one call, so lines of

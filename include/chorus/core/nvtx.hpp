@@ -13,7 +13,7 @@
 //! payload the call's bytes (uint64, the nccl-tests size) and its color
 //! the collective's. Strings are registered on first use, so a call formats
 //! nothing. Without a tool attached NVTX makes no domain, and the only cost
-//! of a call is the test nvtx_range::active() makes.
+//! of a call is the test nvtx_range::active() makes (a load and a compare).
 
 #include <atomic>
 #include <cstdint>
@@ -50,6 +50,10 @@ inline int nvtx_kind_of(const char* name) {
     return -1;
 }
 
+//! Whether a tool listens, cached for nvtx_range::active(): -1 unknown
+//! (nvtx() not made yet), 0 no, 1 yes.
+inline std::atomic<int> nvtx_listening{-1};
+
 #if CHORUS_NVTX
 
 //! The domain and the registered strings (made on first use).
@@ -57,8 +61,10 @@ class nvtx_state {
 public:
     nvtx_state() {
         domain_ = nvtxDomainCreateA("chorus");
-        if (domain_ == nullptr) return; // no tool attached: nothing else is ever called
-        for (int k = 0; k < nvtx_kinds; ++k) nvtxDomainNameCategoryA(domain_, std::uint32_t(k + 1), nvtx_kind_name(k));
+        if (domain_ != nullptr) // else no tool is attached: nothing else is ever called
+            for (int k = 0; k < nvtx_kinds; ++k)
+                nvtxDomainNameCategoryA(domain_, std::uint32_t(k + 1), nvtx_kind_name(k));
+        nvtx_listening.store(domain_ != nullptr ? 1 : 0, std::memory_order_release);
     }
     nvtxDomainHandle_t domain() const noexcept { return domain_; }
     //! The registered message of (collective, kind, channels).
@@ -84,6 +90,9 @@ inline nvtx_state& nvtx() {
     return s;
 }
 
+//! Makes the NVTX state (first use): whether a tool listens.
+[[gnu::cold]] CHORUS_NOINLINE inline bool nvtx_probe() { return nvtx().domain() != nullptr; }
+
 //! One color per collective (ARGB).
 inline constexpr std::uint32_t nvtx_colors[nvtx_collectives] = {0xff76b900, 0xff1f77b4, 0xffff7f0e, 0xff9467bd,
                                                                  0xff8c564b, 0xff7f7f7f, 0xffd62728, 0xff17becf,
@@ -106,7 +115,10 @@ public:
     //! Whether a tool listens (what a call pays when none does).
     static bool active() noexcept {
 #if CHORUS_NVTX
-        return nvtx().domain() != nullptr;
+        const int v = nvtx_listening.load(std::memory_order_relaxed);
+        if (v < 0) [[unlikely]]
+            return nvtx_probe();
+        return v != 0;
 #else
         return false;
 #endif
