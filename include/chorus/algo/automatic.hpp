@@ -27,8 +27,10 @@
 //! (AllGather, Broadcast) are exact under any algorithm and run Algo.
 
 #include <cstdint>
+#include <cstdio>
 
 #include "../core/config.hpp"
+#include "../core/log.hpp"
 #include "../model/cost.hpp"
 #include "any_schedule.hpp"
 #include "policy.hpp"
@@ -128,6 +130,13 @@ struct auto_memo {
 //! schedule_memo): eight call shapes, by auto_memo::slot. Not thread-safe.
 struct choice_memo {
     auto_memo entry[8];
+    //! The log (CHORUS_DEBUG=INFO): the rank whose calls these are (-1:
+    //! unknown; a peer's schedule planned here is not logged), and the call
+    //! shapes already shown, so a choice evicted and made again is shown
+    //! once (automatic::log_choice).
+    int owner = -1;
+    std::uint64_t logged[16] = {};
+    unsigned logged_next = 0;
 };
 } // namespace detail
 
@@ -147,10 +156,34 @@ struct automatic {
         if (memo == nullptr) return pick(a, t);
         const double figures = detail::auto_memo::figures_of(t);
         detail::auto_memo& m = memo->entry[detail::auto_memo::slot(a)];
-        if (!m.matches(a, &t, figures))
+        if (!m.matches(a, &t, figures)) {
             m = detail::auto_memo{&t, figures, a.count * a.elem_bytes, a.scratch_limit_bytes, a.nranks,
                                   a.node_size, a.coll, a.commutative, a.in_place, true, pick(a, t)};
+            // Where the memo is filled (CHORUS_DEBUG=INFO), once per call shape.
+            if (detail::log_enabled(detail::log_level::info)) [[unlikely]]
+                log_choice(a, t, m.which, *memo);
+        }
         return m.which;
+    }
+
+    //! The candidates' predicted times for call `a` against `t`, as text
+    //! ("direct 1.2 us, ring 3.4 us (scratch too large), ...") in `buf`.
+    static void predictions_text(const schedule_args& a, const model::topology& t, char* buf, std::size_t size) {
+        model::algorithm cand[model::algorithm_count]{};
+        const int k = detail::auto_candidates(a, t, cand);
+        const int rpn = detail::choice_ranks_per_node(a, t);
+        const double bytes = detail::call_bytes(a);
+        std::size_t used = 0;
+        buf[0] = '\0';
+        for (int i = 0; i < k && used < size; ++i) {
+            const double s = model::predict(a.coll, cand[i], a.nranks, bytes, t, rpn);
+            const bool big = s >= 1e-3;
+            const int w = std::snprintf(buf + used, size - used, "%s%s %.3g %s%s", i != 0 ? ", " : "",
+                                        algorithm_name(cand[i]), big ? s * 1e3 : s * 1e6, big ? "ms" : "us",
+                                        fits(cand[i], a) ? "" : " (scratch too large)");
+            if (w < 0) break;
+            used += static_cast<std::size_t>(w);
+        }
     }
 
     //! Whether a call of policy `p` (automatic, or deterministic<>) runs
@@ -184,6 +217,35 @@ private:
             k = j;
         }
         return which;
+    }
+    //! The INFO line of a choice: the call shape, the pick, every candidate's prediction.
+    [[gnu::cold]] static void log_choice(const schedule_args& a, const model::topology& t, model::algorithm which,
+                                         detail::choice_memo& memo) {
+        if (memo.owner >= 0 && a.rank != memo.owner) return; // a peer's schedule, planned by this rank
+        std::uint64_t key = 0xcbf29ce484222325ull; // FNV-1a over the shape, the topology and the pick
+        auto mix = [&key](std::uint64_t v) {
+            for (int i = 0; i < 8; ++i) key = (key ^ ((v >> (8 * i)) & 0xff)) * 0x100000001b3ull;
+        };
+        mix(a.count * a.elem_bytes);
+        mix(std::uint64_t(a.coll) | std::uint64_t(a.commutative) << 8 | std::uint64_t(a.in_place) << 9 |
+            std::uint64_t(std::uint32_t(a.nranks)) << 16 | std::uint64_t(std::uint32_t(a.node_size)) << 40);
+        mix(a.scratch_limit_bytes);
+        mix(reinterpret_cast<std::uintptr_t>(&t));
+        mix(std::uint64_t(which));
+        for (const std::uint64_t k : memo.logged)
+            if (k == key) return;
+        memo.logged[memo.logged_next++ % 16] = key;
+        char costs[1024];
+        predictions_text(a, t, costs, sizeof costs);
+        const int rpn = detail::choice_ranks_per_node(a, t);
+        char split[48] = "";
+        if (rpn > 0 && rpn < a.nranks) std::snprintf(split, sizeof split, " in nodes of %d", rpn);
+        detail::log_line(detail::log_level::info, a.rank, a.nranks,
+                         "automatic: %s %s (%llu x %llu B), %d ranks%s, %s, %s -> %s; predicted: %s",
+                         collective_name(a.coll), detail::bytes_text(std::uint64_t(detail::call_bytes(a))).text,
+                         static_cast<unsigned long long>(a.count), static_cast<unsigned long long>(a.elem_bytes),
+                         a.nranks, split, a.commutative ? "commutative" : "order-keeping",
+                         a.in_place ? "in place" : "out of place", algorithm_name(which), costs);
     }
     static bool fits(model::algorithm which, const schedule_args& a) {
         return a.scratch_limit_bytes == 0 ||

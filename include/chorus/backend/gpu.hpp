@@ -44,6 +44,7 @@
 #include "../core/communicator.hpp"
 #include "../core/env.hpp"
 #include "../core/error.hpp"
+#include "../core/log.hpp"
 #include "../exec/lane_env.hpp"
 #include "../kernels/collective.cuh"
 #include "../model/cost.hpp"
@@ -232,6 +233,26 @@ public:
     int device() const noexcept { return world_->dev[std::size_t(rank_)]; }
     //! The stream calls without a stream argument use (owned by chorus).
     cudaStream_t stream() const noexcept { return world_->streams[std::size_t(rank_)]; }
+
+    //! CHORUS_DEBUG=INFO: how this rank reaches its peers (the communicator
+    //! calls it after its own setup line).
+    void log_setup() const {
+        const int me = device();
+        std::vector<int> same, other;
+        for (int q = 0; q < size(); ++q)
+            if (q != rank_) (world_->dev[std::size_t(q)] == me ? same : other).push_back(q);
+        log_line(log_level::info, rank_, size(),
+                 "transport: device %d (%d rank(s) on it); scratch %s per rank; a channel is a block of %d threads",
+                 me, world_->ranks_on_device(me), bytes_text(world_->scratch_bytes).text, collective_block_threads);
+        if (!same.empty())
+            log_line(log_level::info, rank_, size(),
+                     "transport: peers %s (same device: virtual ranks): device memory, read directly",
+                     rank_list_text(same.data(), same.size()).c_str());
+        if (!other.empty())
+            log_line(log_level::info, rank_, size(),
+                     "transport: peers %s (other devices): P2P (CUDA peer access, enabled both ways)",
+                     rank_list_text(other.data(), other.size()).c_str());
+    }
 
     //! Stops every running and future collective of every rank: waiting
     //! kernels exit at their next poll; later calls throw.

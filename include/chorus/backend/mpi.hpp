@@ -79,6 +79,7 @@
 #include "../core/communicator.hpp"
 #include "../core/element.hpp"
 #include "../core/error.hpp"
+#include "../core/log.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../model/cost.hpp"
 #include "../model/file.hpp"
@@ -336,6 +337,39 @@ public:
     //! does: every rank on one node, at least two.
     std::uint64_t small_message_bytes() const noexcept { return zc_node_ ? host_small_cap : 0; }
     std::uint64_t zero_copy_calls() const noexcept { return zc_calls_.load(std::memory_order_relaxed); }
+
+    //! CHORUS_DEBUG=INFO: how this rank reaches its peers (the communicator
+    //! calls it after its own setup line).
+    void log_setup() const {
+        std::vector<int> same_node, other_nodes;
+        for (int q = 0; q < size_; ++q)
+            if (q != rank_) (area_local_[static_cast<std::size_t>(q)] >= 0 ? same_node : other_nodes).push_back(q);
+        const char* rpn = std::getenv("CHORUS_RANKS_PER_NODE");
+        const bool emulated = rpn != nullptr && *rpn != '\0';
+        const char* level = thread_level_ >= MPI_THREAD_MULTIPLE    ? "MULTIPLE (async calls allowed)"
+                            : thread_level_ >= MPI_THREAD_SERIALIZED ? "SERIALIZED (no async calls)"
+                            : thread_level_ >= MPI_THREAD_FUNNELED   ? "FUNNELED (no async calls)"
+                                                                     : "SINGLE (no async calls)";
+        log_line(log_level::info, rank_, size_,
+                 "transport: node %d of %d (%s), local rank %d of %d; shared-memory window %s per rank (%s per call); "
+                 "MPI thread level %s",
+                 node(), nodes(), emulated ? "emulated: CHORUS_RANKS_PER_NODE" : "MPI_COMM_TYPE_SHARED", local_rank(),
+                 local_size(), bytes_text(node_area_.window_bytes()).text, bytes_text(half_window()).text, level);
+        if (!same_node.empty())
+            log_line(log_level::info, rank_, size_,
+                     "transport: peers %s (this node): node shared-memory segment (progress flags, scratch in the "
+                     "ranks' windows); their private buffers' data as point-to-point messages",
+                     rank_list_text(same_node.data(), same_node.size()).c_str());
+        if (!other_nodes.empty())
+            log_line(log_level::info, rank_, size_, "transport: peers %s (other nodes): point-to-point messages (MPI)",
+                     rank_list_text(other_nodes.data(), other_nodes.size()).c_str());
+        log_line(log_level::info, rank_, size_, "transport: zero-copy %s; small-message protocol %s%s",
+                 zc_node_ ? "possible (calls whose buffers every rank took from mpi::alloc run over the ranks' own "
+                            "buffers)"
+                          : "off (the ranks are not all on one node)",
+                 small_message_bytes() > 0 ? "on (one node)" : "off (the ranks are not all on one node)",
+                 backoff_.yield > std::chrono::milliseconds(1) ? "; waits yield early (more ranks than cores)" : "");
+    }
     //! Each rank's window in its node's shared memory, where a schedule's
     //! scratch goes when it fits: hierarchical<> stages through it
     //! (algo/staged.hpp). 0 without a regular split into nodes of several
@@ -516,6 +550,7 @@ private:
     std::vector<std::vector<zc_mapping>> zc_maps_; //!< per rank: its buffers this process maps
     std::vector<std::uint64_t> zc_frees_;          //!< per rank: its frees when zc_maps_ was last pruned
     std::atomic<std::uint64_t> zc_calls_{0};       //!< collectives run zero-copy
+    bool zc_warned_ = false, zc_noted_ = false;    //!< the log's zero-copy lines, said once (CHORUS_DEBUG)
     detail::small_state small_;                    //!< the small-message protocol's (host_small.hpp)
     //! The base added to a call's planned tags: the low bits stay the
     //! plan's (`tags` of them at least), the bits above carry part of the
@@ -828,8 +863,24 @@ inline bool mpi_transport::zero_copy_agreed(const call& c, std::uint64_t fp,
         if (st != detail::status::ok)
             fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
         if (b.seq.load(std::memory_order_acquire) != c.seq || b.capable.load(std::memory_order_relaxed) == 0 ||
-            b.fingerprint.load(std::memory_order_relaxed) != fp)
+            b.fingerprint.load(std::memory_order_relaxed) != fp) {
+            if (!zc_warned_ && b.capable.load(std::memory_order_relaxed) == 0 && log_enabled(log_level::warn)) {
+                zc_warned_ = true;
+                log_line(log_level::warn, rank_, size_,
+                         "zero-copy: this rank's buffers come from mpi::alloc, rank %d's do not (or its scratch "
+                         "does not fit its window): %s #%llu and calls like it run over the node segment and "
+                         "messages instead (said once)",
+                         q, head_name, static_cast<unsigned long long>(c.seq));
+            }
             return false;
+        }
+    }
+    if (!zc_noted_ && log_enabled(log_level::info)) {
+        zc_noted_ = true;
+        log_line(log_level::info, rank_, size_,
+                 "zero-copy: agreed for %s #%llu: every rank's buffers come from mpi::alloc, the call runs over the "
+                 "ranks' own buffers (said once)",
+                 head_name, static_cast<unsigned long long>(c.seq));
     }
     for (int q = 0; q < size_; ++q) {
         if (q == rank_) continue;

@@ -47,6 +47,7 @@
 #include "../core/element.hpp"
 #include "../core/env.hpp"
 #include "../core/error.hpp"
+#include "../core/log.hpp"
 #include "../exec/host_kernel.hpp"
 #include "../exec/host_reduce_copy.hpp"
 #include "../exec/rank_program.hpp"
@@ -327,6 +328,29 @@ public:
     }
     //! The small-message protocol carries calls of up to this many bytes.
     static constexpr std::uint64_t small_message_bytes() noexcept { return host_small_cap; }
+
+    //! CHORUS_DEBUG=INFO: how this rank reaches its peers (the communicator
+    //! calls it after its own setup line).
+    void log_setup() const {
+        const threads_world& w = *world_;
+        std::vector<int> peers;
+        for (int q = 0; q < w.size(); ++q)
+            if (q != rank_) peers.push_back(q);
+        log_line(log_level::info, rank_, w.size(),
+                 "transport: peers %s: shared address space (threads of one process): a step reads the peer's "
+                 "registered buffers directly, zero-copy; small calls through the ranks' small boxes",
+                 rank_list_text(peers.data(), peers.size()).c_str());
+        const backoff_policy& b = w.backoff();
+        log_line(log_level::info, rank_, w.size(),
+                 "transport: waits spin %lld us, yield, then sleep (futex)%s; stores stream past the cache above "
+                 "%s of buffers (last-level cache)",
+                 static_cast<long long>(std::chrono::duration_cast<std::chrono::microseconds>(b.spin).count()),
+                 std::thread::hardware_concurrency() != 0 &&
+                         static_cast<unsigned>(w.size()) > std::thread::hardware_concurrency()
+                     ? " (short spin: more ranks than cores)"
+                     : "",
+                 bytes_text(w.llc_bytes()).text);
+    }
 
     //! One send or receive (see the file comment for the mailbox protocol).
     template <class T>

@@ -5,12 +5,18 @@
 //! lives here: sequence numbers, the deadline and checked-mode settings,
 //! the order calls run in (the communicator's host stream, or the CUDA
 //! stream passed as an argument), futures, the broken state's error texts,
-//! point-to-point message numbers, and the one dispatch from a policy
-//! (and automatic's choice) to this rank's schedule.
+//! point-to-point message numbers, the one dispatch from a policy (and
+//! automatic's choice) to this rank's schedule, and what a call shows of
+//! itself (the CHORUS_DEBUG log, NVTX ranges, last_call():
+//! docs/observability.md).
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -27,7 +33,10 @@
 #include "../backend/transport.hpp"
 #include "../core/communicator.hpp"
 #include "../core/error.hpp"
+#include "../core/log.hpp"
+#include "../core/nvtx.hpp"
 #include "../exec/host_kernel.hpp"
+#include "../model/file.hpp"
 #include "../ops/operators.hpp"
 #include "../ops/traits.hpp"
 
@@ -68,6 +77,61 @@ private:
     const call& c_;
 };
 
+//! The nccl-tests size of call `c` in bytes (call_info::bytes).
+inline std::uint64_t call_size_bytes(const call& c) {
+    const std::uint64_t e = c.types.elem_bytes;
+    switch (c.coll) {
+    case collective::all_gather:
+    case collective::reduce_scatter:
+    case collective::all_to_all: return c.count * e * std::uint64_t(c.args.nranks);
+    case collective::all_gatherv:
+    case collective::reduce_scatterv:
+    case collective::all_to_allv: return c.signature_count * e;
+    case collective::barrier: return 0;
+    default: return c.count * e;
+    }
+}
+
+//! What call `c` runs (call_info). `s`: the call's schedules on the thread
+//! that runs it (automatic's memo); null: planned again here, as
+//! communicator::last_call() does (the same pick: automatic's choice
+//! depends on the call's schedule_args only).
+inline call_info info_of(const call& c, call_schedules* s) {
+    call_info i;
+    i.seq = c.seq;
+    i.coll = c.coll;
+    i.bytes = call_size_bytes(c);
+    const policy& p = c.planned;
+    i.policy = c.coll == collective::barrier ? ""
+               : c.pol.deterministic         ? "deterministic"
+               : c.pol.choose                ? "automatic"
+                                             : algorithm_name(c.pol.algo);
+    if (c.small) {
+        i.algorithm = "small";
+        i.channels = 1;
+        return i;
+    }
+    if (is_exchange(c.coll)) { // not planned here: its counts may be gone (last_call())
+        i.algorithm = "exchange";
+        i.channels = p.tune.channels > 0 ? p.tune.channels : 1;
+        return i;
+    }
+    const any_schedule sch = s != nullptr ? s->mine() : make_schedule(p, c.args);
+    i.channels = sch.channels();
+    if (p.deterministic) {
+        // Reductions fold in rank order (direct or two-shot); copies run Algo, or automatic's pick.
+        i.algorithm = sch.kind == schedule_kind::two_shot ? "two_shot"
+                      : sch.kind == schedule_kind::direct ? "direct"
+                      : algorithm_name(p.choose ? automatic::choose(c.args) : p.algo);
+    } else {
+        // What runs: automatic's pick or the named algorithm, as the
+        // collective runs it (tree<>'s AllGather runs ring<>'s schedule, ...).
+        const algorithm a = !p.choose ? p.algo : s != nullptr ? s->chosen().algo : automatic::choose(c.args);
+        i.algorithm = algorithm_name(model::runs_as(c.coll, a));
+    }
+    return i;
+}
+
 //! Nothing: the stream member of a communicator whose transport orders
 //! calls on CUDA streams.
 struct no_host_stream {};
@@ -104,11 +168,14 @@ public:
     template <class... A>
         requires std::constructible_from<transport_type, A...>
     explicit communicator(A&&... a) : t_(std::forward<A>(a)...) {
+        schedules_.choices().owner = rank(); // the log names the rank whose choice it was
         load_defaults();
         // Checked mode changes what a call exchanges: where ranks could
         // read different settings (MPI processes), the transport makes them
         // agree (on where any rank asked for it).
         if constexpr (requires { t_.agree_checked(true); }) set_checked(t_.agree_checked(checked()));
+        if (detail::log_enabled(detail::log_level::version)) [[unlikely]]
+            log_setup();
     }
     ~communicator() {
         if constexpr (host_ordered) stream_.drain();
@@ -136,6 +203,14 @@ public:
         else t_.synchronize();
     }
 
+    //! What the last collective issued on this communicator runs: its
+    //! collective, the algorithm (automatic's pick, "small", "exchange"),
+    //! channels and bytes (call_info; seq 0 before the first call). Ask from
+    //! the thread that issues the calls; an async call counts once issued.
+    call_info last_call() const { return last_.seq == 0 ? call_info{} : detail::info_of(last_, nullptr); }
+    //! last_call().algorithm: "ring", "direct", "small", ... ("" before the first call).
+    const char* last_algorithm() const { return last_call().algorithm; }
+
     //! The transport (backend/transport.hpp), for the backend's own calls.
     transport_type& transport() noexcept { return t_; }
     const transport_type& transport() const noexcept { return t_; }
@@ -159,7 +234,9 @@ public:
         t_.check_launch(coll, in, out, count, async);
         if constexpr (host_ordered)
             if (async) stream_.start(); // a worker that cannot start fails the call before it has a number
-        detail::call c = describe<T, Op>(pol, coll, in, out, count, root, counts);
+        // The call is described in last_ (what last_call() reports): no copy.
+        detail::call& c = last_;
+        describe<T, Op>(c, pol, coll, in, out, count, root, counts);
         if constexpr (host_ordered) {
             if (!async) {
                 // Sync: the caller's counts and operator outlive the call.
@@ -177,6 +254,9 @@ public:
             });
         } else {
             detail::call_schedules s(schedules_, c);
+            detail::nvtx_range range; // around the launch
+            if (detail::log_enabled(detail::log_level::trace) || detail::nvtx_range::active()) [[unlikely]]
+                observe(c, s, range);
             t_.template enqueue<T>(c, op, s, stream.given ? stream.handle : nullptr);
             if (!async) {
                 if (!stream.given) t_.synchronize(); // a call without a stream: wait, and report
@@ -269,9 +349,11 @@ private:
     //! The call as data: its signature, the policy that runs and this
     //! rank's schedule_args.
     template <class T, class Op>
-    detail::call describe(const policy& pol, collective coll, const T* in, T* out, std::uint64_t count, int root,
-                          std::span<const std::uint64_t> counts) {
-        detail::call c;
+    void describe(detail::call& c, const policy& pol, collective coll, const T* in, T* out, std::uint64_t count,
+                  int root, std::span<const std::uint64_t> counts) {
+        // Every field is assigned below (no temporary: this runs on every call).
+        c.counts_id = 0;
+        c.small = false;
         c.coll = coll;
         c.pol = pol;
         c.in = in;
@@ -295,7 +377,7 @@ private:
             c.planned = policy::fixed(algorithm::direct);
             a = schedule_args{collective::all_reduce, rank(), size(), 0, 0, 1, false, 0};
             c.small = small_bytes() > 0;
-            return c;
+            return;
         }
         if (is_exchange(coll)) {
             // Every policy runs the exchange schedule, tuned by the policy.
@@ -308,12 +390,11 @@ private:
                 c.counts_id = detail::counts_hash(counts.data(), counts.size());
             }
             c.planned = pol;
-            return c;
+            return;
         }
         a.in_place = in_place_call<T>(coll, in, out, rank(), count);
         c.planned = pol;
         c.small = automatic::small_message(pol, a, small_bytes());
-        return c;
     }
 
     //! The most data the transport's small-message protocol carries (0: none).
@@ -328,8 +409,105 @@ private:
     void run(const detail::call& c, const Op& op) {
         const running_scope scope(this);
         detail::call_schedules s(schedules_, c);
+        if (detail::log_enabled(detail::log_level::info) || detail::nvtx_range::active()) [[unlikely]]
+            return run_observed<T>(c, op, s);
         t_.template run<T>(c, op, s);
     }
+    //! run() while the log is at INFO or an NVTX tool listens: the call in
+    //! its range, on the thread that runs it (kept off the plain path).
+    template <class T, class Op>
+    CHORUS_NOINLINE void run_observed(const detail::call& c, const Op& op, detail::call_schedules& s) {
+        detail::nvtx_range range;
+        observe(c, s, range);
+        t_.template run<T>(c, op, s);
+    }
+
+    //! What a call shows of itself while the log or an NVTX tool is on: at
+    //! INFO automatic's pick of the small-message protocol (once per size:
+    //! the others are logged where automatic's memo is filled,
+    //! algo/automatic.hpp), at TRACE a line per call, and its NVTX range.
+    [[gnu::cold]] CHORUS_NOINLINE void observe(const detail::call& c, detail::call_schedules& s,
+                                               detail::nvtx_range& range) {
+        using detail::log_level;
+        if (c.small && c.pol.choose && c.coll != collective::barrier && detail::log_enabled(log_level::info))
+            note_small(c);
+        const bool trace = detail::log_enabled(log_level::trace);
+        if (!trace && !detail::nvtx_range::active()) return;
+        const call_info i = detail::info_of(c, &s);
+        range.push(c.coll, detail::nvtx_kind_of(i.algorithm), i.channels, i.bytes);
+        if (!trace) return;
+        const bool moves = c.coll != collective::barrier;
+        detail::log_line(log_level::trace, rank(), size(), "%s #%llu: %s, %d channel%s, %s%s%s%s%s%s%s%s",
+                         collective_name(c.coll), static_cast<unsigned long long>(c.seq), i.algorithm, i.channels,
+                         i.channels == 1 ? "" : "s", detail::bytes_text(i.bytes).text, moves ? " of " : "",
+                         moves ? c.types.type_name : "", moves && c.types.op_id != 0 ? ", " : "",
+                         moves && c.types.op_id != 0 ? c.types.op_name : "",
+                         moves && c.args.in_place ? ", in place" : "", moves ? ", policy " : "", i.policy);
+    }
+    //! automatic's pick of the small-message protocol, at INFO, once per size.
+    void note_small(const detail::call& c) {
+        const std::uint64_t key = c.count * c.types.elem_bytes + 1;
+        for (const std::uint64_t k : small_noted_)
+            if (k == key) return;
+        small_noted_[small_next_++ % std::size(small_noted_)] = key;
+        const model::topology& t = t_.topology();
+        char costs[1024];
+        automatic::predictions_text(c.args, t, costs, sizeof costs);
+        detail::log_line(detail::log_level::info, rank(), size(),
+                         "automatic: %s %s (%llu x %llu B), %d ranks -> small (the small-message protocol: at most "
+                         "%g B by the model's small_bytes, %llu B by the transport); the schedules' predictions: %s",
+                         collective_name(c.coll), detail::bytes_text(key - 1).text,
+                         static_cast<unsigned long long>(c.count), static_cast<unsigned long long>(c.types.elem_bytes),
+                         size(), t.small_bytes, static_cast<unsigned long long>(small_bytes()), costs);
+    }
+
+    //! The communicator's setup, at VERSION (the version line), INFO (the
+    //! settings, then the transport's own lines: how it reaches each peer)
+    //! and WARN (a model file that does not fit this communicator).
+    [[gnu::cold]] CHORUS_NOINLINE void log_setup() {
+        using detail::log_level;
+        detail::log_version(rank(), size());
+        const model::topology& t = t_.topology();
+        const bool file = model::model_file_given();
+        if (detail::log_enabled(log_level::info)) {
+            char split[64] = "one node";
+            if (t_.node_size() > 0 && t_.node_size() < size())
+                std::snprintf(split, sizeof split, "nodes of %d ranks", t_.node_size());
+            char small[112] = "off";
+            if (small_bytes() > 0)
+                std::snprintf(small, sizeof small, "on (automatic's AllReduce up to %g B, barriers; transport cap %llu B)",
+                              t.small_bytes < double(small_bytes()) ? t.small_bytes : double(small_bytes()),
+                              static_cast<unsigned long long>(small_bytes()));
+            const char* path = std::getenv("CHORUS_MODEL");
+            detail::log_line(log_level::info, rank(), size(),
+                             "init: backend %s, rank %d of %d, %s, checked mode %s, timeout %lld ms, model %s%s%s, "
+                             "small-message protocol %s",
+                             Backend::name, rank(), size(), split, checked() ? "on" : "off",
+                             static_cast<long long>(timeout().count()), file ? "CHORUS_MODEL=" : "built-in",
+                             file && path != nullptr ? path : "", file ? "" : " (the backend's assumptions)", small);
+            if constexpr (requires { t_.log_setup(); }) t_.log_setup();
+        }
+        if (file && t.correction_count > 0 && detail::log_enabled(log_level::warn)) {
+            bool mine = false;
+            int sizes[max_corrections_listed] = {};
+            std::size_t k = 0;
+            for (int i = 0; i < t.correction_count && i < model::max_corrections; ++i) {
+                const int n = t.corrections[i].nranks;
+                mine = mine || n == size();
+                bool seen = false;
+                for (std::size_t j = 0; j < k; ++j) seen = seen || sizes[j] == n;
+                if (!seen && k < max_corrections_listed) sizes[k++] = n;
+            }
+            if (!mine) {
+                std::sort(sizes, sizes + k);
+                detail::log_line(log_level::warn, rank(), size(),
+                                 "CHORUS_MODEL's corrections are for %s ranks, not %d: automatic plans with the "
+                                 "uncorrected model here (calibrate with %d ranks)",
+                                 detail::rank_list_text(sizes, k).c_str(), size(), size());
+            }
+        }
+    }
+    static constexpr std::size_t max_corrections_listed = 16;
 
     [[noreturn]] void throw_broken(const char* fn) const {
         if constexpr (requires { t_.check(); }) t_.check(); // the transport's own report first (GPU faults)
@@ -352,6 +530,9 @@ private:
     std::uint64_t next_seq_ = 1;
     detail::schedule_memo schedules_; //!< this rank's last schedule, and automatic's recent choices
     std::vector<std::uint64_t> sent_, received_; //!< point-to-point messages issued, per peer
+    detail::call last_{};                        //!< the last collective issued (last_call())
+    std::uint64_t small_noted_[8] = {};          //!< sizes + 1 of small calls logged at INFO (note_small)
+    unsigned small_next_ = 0;
     // Last: destroyed first (the destructor drains it while the rest is alive).
     [[no_unique_address]] std::conditional_t<host_ordered, detail::host_stream, detail::no_host_stream> stream_;
 };

@@ -42,6 +42,22 @@
 #  endif
 #endif
 
+// CHORUS_NVTX: 1 when NVTX3 ranges around collectives are compiled in
+// (core/nvtx.hpp): <nvtx3/nvToolsExt.h>, from the CUDA toolkit's include
+// directory, is on the include path. A build defines CHORUS_NVTX=0 to
+// leave them out.
+#if !defined(CHORUS_NVTX)
+#  if defined(__has_include)
+#    if __has_include(<nvtx3/nvToolsExt.h>)
+#      define CHORUS_NVTX 1
+#    else
+#      define CHORUS_NVTX 0
+#    endif
+#  else
+#    define CHORUS_NVTX 0
+#  endif
+#endif
+
 #define CHORUS_VERSION_MAJOR 0
 #define CHORUS_VERSION_MINOR 1
 #define CHORUS_VERSION_PATCH 0
