@@ -79,9 +79,9 @@ TEST_CASE("schedule executor: every pair's sends and receives agree, pushes incl
     if (world().rank() != 0) return;
     const policy policies[] = {
         policy_of<ring<>>,
-        policy_of<ring<{.channels = 2, .chunk_bytes = 256}>>,
-        policy_of<hierarchical<ring<{.channels = 2, .chunk_bytes = 256}>, direct<>>>,
-        policy_of<hierarchical<direct<>, ring<{.chunk_bytes = 512}>>>,
+        policy_of<ring<ring_params{.channels = 2, .chunk_bytes = 256}>>,
+        policy_of<hierarchical<ring<ring_params{.channels = 2, .chunk_bytes = 256}>, direct<>>>,
+        policy_of<hierarchical<direct<>, ring<ring_params{.chunk_bytes = 512}>>>,
         policy_of<direct<>>,
         policy_of<tree<>>,
         policy_of<rabenseifner<>>,
@@ -153,7 +153,7 @@ TEST_CASE("schedule executor: pushes travel as messages into the peer's buffer, 
     // ring<> AllReduce pushes its finished slice into the successor's
     // output; so do the ring phases of hierarchical<ring<>, direct<>>.
     // Small chunks: many pushes per channel, on two channels.
-    using small_ring = chorus::ring<{.channels = 2, .chunk_bytes = 256}>;
+    using small_ring = chorus::ring<chorus::ring_params{.channels = 2, .chunk_bytes = 256}>;
     using pushing = chorus::hierarchical<small_ring, chorus::direct<>>;
     for (const std::size_t count : {std::size_t(1), std::size_t(100), std::size_t(3001)}) {
         std::vector<int> in(count), out(count, -1), v(count);

@@ -33,7 +33,7 @@ using namespace mpi_test;
 
 using hier = chorus::hierarchical<>;
 //! Small inter-node chunks: large segments are pipelined in many messages.
-using hier_small = chorus::hierarchical<chorus::ring<>, chorus::ring<{.chunk_bytes = 4096}>>;
+using hier_small = chorus::hierarchical<chorus::ring<>, chorus::ring<chorus::ring_params{.chunk_bytes = 4096}>>;
 using flat_ring = chorus::ring<>;
 
 } // namespace

@@ -120,7 +120,7 @@ TEST_CASE("100 collectives in flight on one communicator complete correctly and 
                     fs.push_back(chorus::all_reduce_async(comm, std::span(in[std::size_t(j)]), chorus::sum{}));
                 } else if (j % 3 == 1) {
                     out[std::size_t(j)].assign(elems(j), -1);
-                    fs.push_back(chorus::all_reduce_async<chorus::ring<{.channels = 2, .chunk_bytes = 64}>>(
+                    fs.push_back(chorus::all_reduce_async<chorus::ring<chorus::ring_params{.channels = 2, .chunk_bytes = 64}>>(
                         comm, cview(in[std::size_t(j)]), std::span(out[std::size_t(j)]), chorus::sum{}));
                 } else {
                     out[std::size_t(j)].assign(elems(j), -1);

@@ -418,8 +418,8 @@ void suite(const named_policy& p, int n, failure_log& log) {
     });
 }
 
-using ring_tiny = chorus::ring<{.channels = 3, .chunk_bytes = 16}>;
-using direct_tiny = chorus::direct<{.channels = 2, .chunk_bytes = 32}>;
+using ring_tiny = chorus::ring<chorus::ring_params{.channels = 3, .chunk_bytes = 16}>;
+using direct_tiny = chorus::direct<chorus::direct_params{.channels = 2, .chunk_bytes = 32}>;
 
 //! Every policy, each with its default tuning, and two tuned to several
 //! channels and tiny chunks (many ragged units). The exchange collectives
@@ -581,7 +581,7 @@ TEST_CASE("exchange collectives match a serial reference - a non-commutative ope
 
 TEST_CASE("exchange collectives with large ragged counts") {
     // rank 0 contributes nothing, rank 1 about a million elements.
-    const named_policy ring_2ch_64k{"ring<2ch,64KiB>", chorus::policy_of<chorus::ring<{2, 64 << 10}>>};
+    const named_policy ring_2ch_64k{"ring<2ch,64KiB>", chorus::policy_of<chorus::ring<chorus::ring_params{2, 64 << 10}>>};
     failure_log log;
     const u64 big = under_tsan ? 100003 : 1000003;
     for (int n : {2, 3, 5}) {

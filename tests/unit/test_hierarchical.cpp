@@ -129,10 +129,10 @@ void check_policy(comm_t& comm, failure_log& log, const named_policy& p) {
 }
 
 using chorus::algorithm;
-using hier_rr = chorus::hierarchical<chorus::ring<{2, 4096}>, chorus::ring<{1, 1024}>>;
-using hier_rd = chorus::hierarchical<chorus::ring<{1, 16 << 10}>, chorus::direct<{1, 4096}>>;
-using hier_dr = chorus::hierarchical<chorus::direct<{2, 8192}>, chorus::ring<{1, 1024}>>;
-using hier_dd = chorus::hierarchical<chorus::direct<{1, 1 << 20}>, chorus::direct<{2, 256}>>;
+using hier_rr = chorus::hierarchical<chorus::ring<chorus::ring_params{2, 4096}>, chorus::ring<chorus::ring_params{1, 1024}>>;
+using hier_rd = chorus::hierarchical<chorus::ring<chorus::ring_params{1, 16 << 10}>, chorus::direct<chorus::direct_params{1, 4096}>>;
+using hier_dr = chorus::hierarchical<chorus::direct<chorus::direct_params{2, 8192}>, chorus::ring<chorus::ring_params{1, 1024}>>;
+using hier_dd = chorus::hierarchical<chorus::direct<chorus::direct_params{1, 1 << 20}>, chorus::direct<chorus::direct_params{2, 256}>>;
 
 const named_policy policies[] = {
     {"hierarchical<ring, ring>", chorus::policy_of<hier_rr>},

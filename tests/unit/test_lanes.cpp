@@ -296,9 +296,9 @@ TEST_CASE("lane reduce-copy: vector interior, scalar edges, fan-in, two destinat
 }
 
 TEST_CASE("lane executor: ring<> and direct<> on several lanes per rank, every collective, exact") {
-    const named_policy ring_2x64{"ring<2ch,64B>", policy_of<ring<{2, 64}>>};
+    const named_policy ring_2x64{"ring<2ch,64B>", policy_of<ring<ring_params{2, 64}>>};
     const named_policy ring_default{"ring<>", policy_of<ring<>>};
-    const named_policy direct_2x64{"direct<2ch,64B>", policy_of<direct<{2, 64}>>};
+    const named_policy direct_2x64{"direct<2ch,64B>", policy_of<direct<direct_params{2, 64}>>};
     const named_policy direct_default{"direct<>", policy_of<direct<>>};
     for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
                             collective::broadcast, collective::reduce}) {
@@ -329,9 +329,9 @@ TEST_CASE("lane executor: one world over a sequence of collectives, as the GPU s
     // a device: ring<> with 4 channels and 1 channel, direct<> with 2, in
     // the GPU suite's order, on 2, 3, 4 and 8 ranks (ranks 4 and 8 were
     // never run here before the first GPU run found wrong reads there).
-    const named_policy ring_4ch{"ring<4ch,64KiB>", policy_of<ring<{4, 64 << 10}>>};
+    const named_policy ring_4ch{"ring<4ch,64KiB>", policy_of<ring<ring_params{4, 64 << 10}>>};
     const named_policy ring_default{"ring<>", policy_of<ring<>>};
-    const named_policy direct_2ch{"direct<2ch,1MiB>", policy_of<direct<{2, 1 << 20}>>};
+    const named_policy direct_2ch{"direct<2ch,1MiB>", policy_of<direct<direct_params{2, 1 << 20}>>};
     for (int n : {2, 3, 4, 8}) {
         if (chorus_test::under_tsan && n > 3) continue; // dozens of spinning threads on two cores
         lane_world_host w(n);
@@ -362,9 +362,9 @@ TEST_CASE("lane executor: hierarchical<> AllReduce over a node split, channels r
     // One world with 4-, 2- and 1-channel calls mixed: a rank numbers a
     // collective alike on every channel, used by this call or not.
     const named_policy h4{"hierarchical<ring<4ch,256B>, ring<4ch,256B>>",
-                          policy_of<hierarchical<ring<{4, 256}>, ring<{4, 256}>>>};
+                          policy_of<hierarchical<ring<ring_params{4, 256}>, ring<ring_params{4, 256}>>>};
     const named_policy h2{"hierarchical<ring<2ch,256B>, ring<2ch,256B>>",
-                          policy_of<hierarchical<ring<{2, 256}>, ring<{2, 256}>>>};
+                          policy_of<hierarchical<ring<ring_params{2, 256}>, ring<ring_params{2, 256}>>>};
     const named_policy ring_default{"ring<>", policy_of<ring<>>};
     for (int n : {4, 6, 8}) {
         if (chorus_test::under_tsan && n > 4) continue;
@@ -405,15 +405,15 @@ TEST_CASE("lane executor: every policy with several channels, each channel its o
     const entry every[] = {
         {{"ring<3ch,256B>", policy::fixed(algorithm::ring, t)}, true},
         {{"direct<3ch,256B>", policy::fixed(algorithm::direct, t)}, false},
-        {{"tree<3ch,256B>", policy_of<tree<{3, 256}>>}, false},
-        {{"recursive_doubling<3ch,256B>", policy_of<recursive_doubling<{3, 256}>>}, false},
-        {{"rabenseifner<3ch,256B>", policy_of<rabenseifner<{3, 256}>>}, true},
-        {{"two_shot<3ch,256B>", policy_of<two_shot<{3, 256}>>}, false},
+        {{"tree<3ch,256B>", policy_of<tree<tree_params{3, 256}>>}, false},
+        {{"recursive_doubling<3ch,256B>", policy_of<recursive_doubling<recursive_params{3, 256}>>}, false},
+        {{"rabenseifner<3ch,256B>", policy_of<rabenseifner<recursive_params{3, 256}>>}, true},
+        {{"two_shot<3ch,256B>", policy_of<two_shot<recursive_params{3, 256}>>}, false},
         {{"hierarchical<ring<3ch,256B>, direct<3ch,256B>> (one node)",
           policy::hierarchical(algorithm::ring, t, algorithm::direct, t)},
          true},
         {{"automatic", policy_of<automatic>}, false},
-        {{"deterministic<two_shot<3ch,256B>>", policy_of<deterministic<two_shot<{3, 256}>>>}, true},
+        {{"deterministic<two_shot<3ch,256B>>", policy_of<deterministic<two_shot<recursive_params{3, 256}>>>}, true},
     };
     for (int n : {2, 3, 5, 8}) {
         if (chorus_test::under_tsan && n > 3) continue;

@@ -267,7 +267,7 @@ TEST_CASE("automatic and deterministic schedules: every interleaving sampled is 
 }
 
 TEST_CASE("hierarchical schedules: one type, the same unit count on every rank, flat fallback") {
-    constexpr policy H = policy_of<hierarchical<ring<{2, 64}>, direct<{1, 16}>>>;
+    constexpr policy H = policy_of<hierarchical<ring<ring_params{2, 64}>, direct<direct_params{1, 16}>>>;
     static_assert(std::is_trivially_copyable_v<any_schedule>);
     constexpr schedule_args args{collective::all_reduce, 5, 8, 0, 1009, 4, false, 2};
     constexpr any_schedule s = make_fixed_schedule(H, args);
@@ -289,20 +289,20 @@ TEST_CASE("hierarchical schedules: one type, the same unit count on every rank, 
 }
 
 TEST_CASE("every policy type describes itself as the policy value it names") {
-    static_assert(policy_of<ring<{3, 4096}>> == policy::fixed(algorithm::ring, {3, 4096}));
+    static_assert(policy_of<ring<ring_params{3, 4096}>> == policy::fixed(algorithm::ring, {3, 4096}));
     static_assert(policy_of<ring<>> == policy::fixed(algorithm::ring));
     static_assert(policy_of<direct<>> == policy::fixed(algorithm::direct, {1, 1 << 20}));
     static_assert(policy_of<tree<>> == policy::fixed(algorithm::tree, {1, 128 << 10}));
-    static_assert(policy_of<recursive_doubling<{2, 64}>> == policy::fixed(algorithm::recursive_doubling, {2, 64}));
+    static_assert(policy_of<recursive_doubling<recursive_params{2, 64}>> == policy::fixed(algorithm::recursive_doubling, {2, 64}));
     static_assert(policy_of<rabenseifner<>> == policy::fixed(algorithm::rabenseifner));
-    static_assert(policy_of<two_shot<{4, 16}>> == policy::fixed(algorithm::two_shot, {4, 16}));
+    static_assert(policy_of<two_shot<recursive_params{4, 16}>> == policy::fixed(algorithm::two_shot, {4, 16}));
     static_assert(policy_of<hierarchical<>> ==
                   policy::hierarchical(algorithm::ring, {1, 256 << 10}, algorithm::ring, {1, 256 << 10}));
-    static_assert(policy_of<hierarchical<direct<{2, 64}>, ring<{1, 32}>>> ==
+    static_assert(policy_of<hierarchical<direct<direct_params{2, 64}>, ring<ring_params{1, 32}>>> ==
                   policy::hierarchical(algorithm::direct, {2, 64}, algorithm::ring, {1, 32}));
     static_assert(policy_of<automatic> == policy::automatic() && policy_of<automatic>.choose);
     static_assert(policy_of<deterministic<>> == policy::automatic().deterministic_of());
-    static_assert(policy_of<deterministic<tree<{2, 64}>>> ==
+    static_assert(policy_of<deterministic<tree<tree_params{2, 64}>>> ==
                   policy::fixed(algorithm::tree, {2, 64}).deterministic_of());
     // policy_from_name spells each default-tuned policy type.
     constexpr auto named = [](const char* name) {
@@ -330,14 +330,14 @@ TEST_CASE("every policy type describes itself as the policy value it names") {
     static_assert(!policy_of<direct<>>.reorders_operands() && !policy_of<automatic>.reorders_operands() &&
                   !policy_of<deterministic<ring<>>>.reorders_operands() && !policy_of<two_shot<>>.reorders_operands());
     // Distinct policies have distinct ids (what checked mode compares), equal ones equal ids.
-    const policy all[] = {policy_of<ring<>>, policy_of<ring<{2, 256 << 10}>>, policy_of<ring<{1, 128 << 10}>>,
+    const policy all[] = {policy_of<ring<>>, policy_of<ring<ring_params{2, 256 << 10}>>, policy_of<ring<ring_params{1, 128 << 10}>>,
                           policy_of<direct<>>, policy_of<tree<>>, policy_of<recursive_doubling<>>,
                           policy_of<rabenseifner<>>, policy_of<two_shot<>>, policy_of<hierarchical<>>,
                           policy_of<hierarchical<direct<>, ring<>>>, policy_of<automatic>, policy_of<deterministic<>>,
                           policy_of<deterministic<ring<>>>};
     for (const policy& a : all)
         for (const policy& b : all) CHECK((a.id() == b.id()) == (a == b));
-    CHECK(detail::policy_text(policy_of<hierarchical<direct<{2, 64}>, ring<>>>) ==
+    CHECK(detail::policy_text(policy_of<hierarchical<direct<direct_params{2, 64}>, ring<>>>) ==
           "hierarchical<direct<channels=2,chunk_bytes=64>,ring<channels=1,chunk_bytes=262144>>");
     CHECK(detail::policy_text(policy_of<deterministic<>>) == "deterministic<automatic>");
 }

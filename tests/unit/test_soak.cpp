@@ -54,19 +54,19 @@ const char* op_names[] = {"sum", "min", "max", "bit_xor", "avg"};
 const char* type_names[] = {"int32", "float", "double", "uint8", "int64"};
 
 using ring_a = chorus::ring<>;
-using ring_b = chorus::ring<{.channels = 2, .chunk_bytes = 64}>;
-using ring_c = chorus::ring<{.channels = 3, .chunk_bytes = 1024}>;
+using ring_b = chorus::ring<chorus::ring_params{.channels = 2, .chunk_bytes = 64}>;
+using ring_c = chorus::ring<chorus::ring_params{.channels = 3, .chunk_bytes = 1024}>;
 
 //! The policies calls draw from: the three rings first (index 0, ring<>, runs through the public template API).
 const named_policy policies[] = {
     {"ring<>", chorus::policy_of<ring_a>},
     {"ring<2ch,64B>", chorus::policy_of<ring_b>},
     {"ring<3ch,1KiB>", chorus::policy_of<ring_c>},
-    {"direct<2ch,512B>", chorus::policy_of<chorus::direct<{2, 512}>>},
+    {"direct<2ch,512B>", chorus::policy_of<chorus::direct<chorus::direct_params{2, 512}>>},
     {"tree<>", chorus::policy_of<chorus::tree<>>},
-    {"recursive_doubling<2ch,256B>", chorus::policy_of<chorus::recursive_doubling<{2, 256}>>},
+    {"recursive_doubling<2ch,256B>", chorus::policy_of<chorus::recursive_doubling<chorus::recursive_params{2, 256}>>},
     {"rabenseifner<>", chorus::policy_of<chorus::rabenseifner<>>},
-    {"two_shot<3ch,128B>", chorus::policy_of<chorus::two_shot<{3, 128}>>},
+    {"two_shot<3ch,128B>", chorus::policy_of<chorus::two_shot<chorus::recursive_params{3, 128}>>},
     {"hierarchical<>", chorus::policy_of<chorus::hierarchical<>>},
     {"automatic", chorus::policy_of<chorus::automatic>},
     {"deterministic<>", chorus::policy_of<chorus::deterministic<>>},

@@ -69,7 +69,7 @@ TEST_CASE("collectives with large counts match a serial reference") {
 }
 
 TEST_CASE("hierarchical<> on the threads backend (one node) runs its intra-node algorithm") {
-    using hier = chorus::hierarchical<chorus::ring<{.channels = 2, .chunk_bytes = 64}>>;
+    using hier = chorus::hierarchical<chorus::ring<chorus::ring_params{.channels = 2, .chunk_bytes = 64}>>;
     for (const int n : {1, 3, 4}) {
         CAPTURE(n);
         failure_log log;
