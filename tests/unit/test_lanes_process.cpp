@@ -397,7 +397,7 @@ TEST_CASE("lane_peer_map: a peer's extent translates only whole inside one mappe
     CHECK(empty.translate(reinterpret_cast<const void*>(std::uintptr_t(0x10000)), 1) == nullptr);
 }
 
-TEST_CASE("plan_staging: every small input, against a reference; too small a scratch names the knob") {
+TEST_CASE("plan_staging: every small input, against a reference, and too small a scratch names the knob") {
     const std::uint64_t A = detail::lane_stage_align_bytes;
     auto up = [&](std::uint64_t v) { return (v + A - 1) / A * A; };
     int checked = 0;
