@@ -25,6 +25,7 @@
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
+#include "lane_test_util.hpp"
 #include "test_util.hpp"
 
 #include <chorus/backend/gpu_checks.hpp>
@@ -45,36 +46,10 @@ using namespace chorus;
 using chorus::detail::status;
 using chorus_test::affine;
 using chorus_test::compose_op;
+using chorus_test::host_lanes;
 using chorus_test::named_policy;
 
 namespace {
-
-struct host_lanes {
-    int lane = 0;
-    int nlanes = 1;
-    std::barrier<>* bar = nullptr;
-    unsigned char* box = nullptr; // 16 bytes shared by the group
-
-    int id() const { return lane; }
-    int count() const { return nlanes; }
-    void sync() const { bar->arrive_and_wait(); }
-    template <class V>
-    V share(V v) const {
-        static_assert(sizeof(V) <= 16);
-        bar->arrive_and_wait();
-        if (lane == 0) std::memcpy(box, &v, sizeof(V));
-        bar->arrive_and_wait();
-        V r;
-        std::memcpy(&r, box, sizeof(V));
-        return r;
-    }
-    std::uint64_t now_ns() const {
-        return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 std::chrono::steady_clock::now().time_since_epoch())
-                                 .count());
-    }
-    void relax() const { std::this_thread::yield(); }
-};
 
 // What one rank's memory looks like to its peers, kept across collectives
 // (the counters in the areas continue, as on a device).
@@ -106,12 +81,7 @@ std::vector<status> run_lanes(lane_world_host& w, const policy& pol, collective 
     const int n = int(in.size());
     std::vector<status> result(std::size_t(n), status::ok);
     std::vector<std::thread> threads;
-    struct group {
-        std::unique_ptr<std::barrier<>> bar;
-        alignas(16) unsigned char box[16];
-        detail::lane_shared<T> sh;
-    };
-    std::vector<std::unique_ptr<group>> groups;
+    std::vector<std::unique_ptr<chorus_test::lane_group<T>>> groups;
     std::vector<detail::lane_launch<T, Op, any_schedule>> launches(static_cast<std::size_t>(n));
     for (int r = 0; r < n; ++r) {
         const policy& p = pols.empty() ? pol : pols[std::size_t(r)];
@@ -139,20 +109,11 @@ std::vector<status> run_lanes(lane_world_host& w, const policy& pol, collective 
     }
     for (int r = 0; r < n; ++r) {
         if (!present.empty() && !present[std::size_t(r)]) continue;
-        const int channels = launches[std::size_t(r)].sch.channels();
-        for (int c = 0; c < channels; ++c) {
-            groups.push_back(std::make_unique<group>());
-            group& g = *groups.back();
-            g.bar = std::make_unique<std::barrier<>>(lanes);
-            for (int l = 0; l < lanes; ++l)
-                threads.emplace_back([&, r, c, l, gp = &g] {
-                    host_lanes hl{l, lanes, gp->bar.get(), gp->box};
-                    const status st = detail::run_lane_channel(hl, launches[std::size_t(r)], c, gp->sh);
-                    if (l == 0 && st != status::ok) result[std::size_t(r)] = st;
-                });
-        }
+        chorus_test::start_lane_groups(launches[std::size_t(r)], lanes, groups, threads);
     }
     for (auto& t : threads) t.join();
+    for (const auto& g : groups)
+        if (g->st != status::ok) result[std::size_t(g->rank)] = g->st;
     return result;
 }
 

@@ -36,9 +36,19 @@ inline std::string describe_signature(const lane_signature& s) {
            ", root=" + std::to_string(s.root()) + ", channels=" + std::to_string(s.channels()) + ")";
 }
 
+//! Why a rank could not reach a peer's buffer (status::unreachable), in
+//! the words every report uses.
+inline std::string unreachable_text(int owner) {
+    return "a buffer of " + rank_text(owner) +
+           " is neither registered nor staged (with one process per device a rank reads only the memory its "
+           "peers registered, or the shared scratch a staged call copies through)";
+}
+
 //! The error rank `rank` reports for the failure records its kernels left
-//! (faults[rank].code != 0): its own timeout or mismatch, else the rank
-//! whose failure stopped it, else the abort `reason`.
+//! (faults[rank].code != 0): its own timeout, mismatch or unreachable
+//! peer buffer; else a peer that could not reach this rank's buffer
+//! (errc::invalid_argument: this rank passed it); else the rank whose
+//! failure stopped it; else the abort `reason`.
 inline error gpu_fault_error(int rank, const lane_fault* faults, int n, const std::string& reason) {
     const lane_fault& f = faults[rank];
     const std::string head = "chorus::gpu: rank " + std::to_string(rank) + ": ";
@@ -51,7 +61,19 @@ inline error gpu_fault_error(int rank, const lane_fault* faults, int n, const st
         return error(errc::mismatch, head + "ranks disagree: rank " + std::to_string(f.peer) + " called " +
                                          describe_signature(f.theirs) +
                                          " (or with another element type, operator or algorithm)");
-    default: break;
+    case status::unreachable:
+        return error(errc::invalid_argument, head + unreachable_text(f.peer) + " (channel " +
+                                                 std::to_string(f.channel) + ", unit " + std::to_string(f.unit) + ")");
+    case status::ok:
+    case status::aborted:
+    case status::peer_exited: break;
+    }
+    for (int r = 0; r < n; ++r) {
+        const lane_fault& o = faults[r];
+        if (r != rank && o.code == static_cast<int>(status::unreachable) && o.peer == rank)
+            return error(errc::invalid_argument, head + "rank " + std::to_string(r) +
+                                                     " could not read a buffer this rank passed: " +
+                                                     unreachable_text(rank));
     }
     for (int r = 0; r < n; ++r) {
         const lane_fault& o = faults[r];
@@ -60,6 +82,8 @@ inline error gpu_fault_error(int rank, const lane_fault* faults, int n, const st
                          head + "stopped because rank " + std::to_string(r) + " failed (" +
                              (o.code == static_cast<int>(status::timeout)
                                   ? "it " + timed_out_waiting(-1, rank_text(o.peer))
+                              : o.code == static_cast<int>(status::unreachable)
+                                  ? unreachable_text(o.peer)
                                   : std::string("ranks disagree about the call")) +
                              ")");
     }

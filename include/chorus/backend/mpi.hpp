@@ -831,6 +831,9 @@ inline void mpi_transport::run_small(const call& c, const host_kernel& k) {
     case detail::status::mismatch:
         fail_call(head_name, errc::mismatch,
                   "ranks disagree: " + (c.settings.checked ? f.why : detail::mismatch_text(f.why)));
+    case detail::status::unreachable: // the small protocol copies through its own shared memory only
+        fail_call(head_name, errc::internal, "the small-message protocol met a buffer of " +
+                                                 detail::rank_text(f.peer) + " it cannot reach (a bug in chorus)");
     default: fail_call(head_name, errc::aborted, "the communicator was aborted (" + reason() + ")");
     }
 }

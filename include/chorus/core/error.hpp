@@ -49,7 +49,9 @@ private:
 
 namespace chorus::detail {
 //! Result of device-clean code (no exceptions there).
-enum class status : int { ok = 0, timeout, aborted, mismatch, peer_exited };
+//! unreachable: a peer's buffer this rank has no mapping for (one process
+//! per device: the peer passed memory it neither registered nor staged).
+enum class status : int { ok = 0, timeout, aborted, mismatch, peer_exited, unreachable };
 //! The words of every backend's timeout: "timed out after <ms> ms waiting
 //! for <whom>" (timeout_ms < 0, when the waiter does not know it: the GPU
 //! kernels, "timed out waiting for <whom>").

@@ -15,6 +15,16 @@
 //! counter lives in that memory (not in the launch), so a launch replayed
 //! from a CUDA graph runs as the next collective.
 //!
+//! Address spaces. With every rank in one process (one address space) a
+//! rank dereferences the in/out/scratch pointers its peers publish as they
+//! are (lane_world::maps null). With one process per device each process
+//! maps its peers' memory (CUDA IPC; on a CPU POSIX shared memory, see
+//! backend/lane_process.hpp) at addresses of its own, so a peer's pointer
+//! is translated through the reader's lane_peer_map of that peer: the
+//! whole extent a step touches must lie in one range the reader mapped, or
+//! the step fails with status::unreachable (the peer passed memory it
+//! neither registered nor staged) and nothing is dereferenced.
+//!
 //! Lanes interface:
 //!   int id() const; int count() const;
 //!   void sync() const;                 // barrier of all lanes
@@ -66,6 +76,39 @@ struct lane_rank_area {
     std::uint64_t seq[max_channels];
 };
 
+//! Most address ranges a reader maps of one peer: the peer's scratch and up
+//! to 15 registered buffers.
+inline constexpr int max_lane_ranges = 16;
+
+//! One range of a peer's memory: [their_base, their_base + bytes) in the
+//! peer's address space is [my_base, my_base + bytes) in the reader's.
+struct lane_range {
+    std::uint64_t their_base = 0;
+    std::uint64_t my_base = 0;
+    std::uint64_t bytes = 0;
+};
+
+//! What a reader can reach of one peer's memory (plain data: it lives
+//! where the executor reads it, device memory on a GPU).
+struct lane_peer_map {
+    lane_range ranges[max_lane_ranges];
+    int count = 0; //!< ranges in use
+
+    //! The reader's address of the peer's `p`, when [p, p + bytes) lies
+    //! whole in one range; else null (so is a null `p`).
+    CHORUS_HD unsigned char* translate(const void* p, std::uint64_t bytes) const {
+        if (p == nullptr) return nullptr;
+        const std::uint64_t a = reinterpret_cast<std::uint64_t>(p);
+        for (int i = 0; i < count; ++i) {
+            const lane_range& r = ranges[i];
+            // a - their_base <= r.bytes first: the subtraction below cannot wrap.
+            if (a >= r.their_base && a - r.their_base <= r.bytes && bytes <= r.bytes - (a - r.their_base))
+                return reinterpret_cast<unsigned char*>(r.my_base + (a - r.their_base));
+        }
+        return nullptr;
+    }
+};
+
 //! The first failure of a rank, for the host to report.
 struct lane_fault {
     int code = 0; //!< a detail::status; 0: none
@@ -82,6 +125,9 @@ struct lane_world {
     std::uint32_t* abort = nullptr;         //!< nonzero: every wait fails
     lane_fault* faults = nullptr;           //!< [nranks]
     int nranks = 1;
+    //! [nranks]: how this process reaches each peer's buffers (its own
+    //! entry unused); null: one address space, pointers used as published.
+    const lane_peer_map* maps = nullptr;
 };
 
 //! A launch's operator, kept as bytes: Op need not be default-constructible
@@ -131,6 +177,7 @@ struct lane_env {
     int bad_peer = -1;
     std::uint64_t bad_unit = 0;
     lane_signature theirs{};
+    std::uint64_t posted = 0; //!< units this channel posted (lane 0 only): the unit execute() runs
 
     CHORUS_HD bool aborted() const {
         return atomic_ref<std::uint32_t>(*world.abort).load(mo::memory_order_acquire) != 0;
@@ -189,10 +236,15 @@ struct lane_env {
             // too (they are ordered before it by the barrier above), so no
             // separate __threadfence_system() (a second MEMBAR.SYS per post).
             flag_store_release(&world.areas[me]->flags[c].value, (seq << 32) | units);
+            posted = units;
         }
     }
 
-    CHORUS_HD T* base(const operand& o, int c) const {
+    //! Where operand `o` starts, for a step that touches `count` elements
+    //! from there. A peer's pointer is translated when the world has maps:
+    //! null when [start, start + count) is not in one range this process
+    //! mapped of that peer (execute() then fails the step).
+    CHORUS_HD T* base(const operand& o, int c, std::uint64_t count) const {
         const lane_desc* d = &mine;
         lane_desc peer{};
         if (o.rank != me) {
@@ -202,7 +254,24 @@ struct lane_env {
             peer.scratch = pd.scratch;
             d = &peer;
         }
-        return reinterpret_cast<T*>(operand_address(o, d->in, d->out, d->scratch, sizeof(T)));
+        unsigned char* p = operand_address(o, d->in, d->out, d->scratch, sizeof(T));
+        if (world.maps != nullptr && o.rank != me) p = world.maps[o.rank].translate(p, count * sizeof(T));
+        return reinterpret_cast<T*>(p);
+    }
+
+    //! With maps: the rank whose buffer an operand of `a` could not be
+    //! reached in (-1: every one was), looked at by every lane alike.
+    CHORUS_HD int unreachable_rank(const step& s, const reduce_copy_args<T>& a) const {
+        if (a.dst[0] == nullptr) return s.dst.rank;
+        if (a.ndst == 2 && a.dst[1] == nullptr) return s.dst2.rank;
+        if (s.fan_in >= 2) {
+            for (int q = 0; q < int(s.fan_in); ++q)
+                if (a.src[q] == nullptr) return s.source_rank(q);
+            return -1;
+        }
+        if (a.src[0] == nullptr) return s.src0.rank;
+        if (a.nsrc == 2 && a.src[1] == nullptr) return s.src1.rank;
+        return -1;
     }
 
     int channel = 0;   //!< the channel this env runs (set by run_lane_channel)
@@ -217,21 +286,31 @@ struct lane_env {
         reduce_copy_args<T> a{};
         a.count = s.count;
         a.finish_n = s.finish ? world.nranks : 0;
-        a.dst[0] = base(s.dst, channel);
+        a.dst[0] = base(s.dst, channel, s.count);
         a.ndst = 1;
-        if (s.dst2.loc != where::none) a.dst[a.ndst++] = base(s.dst2, channel);
+        if (s.dst2.loc != where::none) a.dst[a.ndst++] = base(s.dst2, channel, s.count);
         const T* pair[2];
         if (s.fan_in >= 2) {
             for (int q = lanes.id(); q < int(s.fan_in); q += lanes.count())
-                sh.fan[q] = base(s.fan_source(q), channel);
+                sh.fan[q] = base(s.fan_source(q), channel, s.count);
             lanes.sync();
             a.src = sh.fan;
             a.nsrc = s.fan_in;
         } else {
-            pair[0] = base(s.src0, channel);
+            pair[0] = base(s.src0, channel, s.count);
             a.nsrc = 1;
-            if (s.src1.loc != where::none) pair[a.nsrc++] = base(s.src1, channel);
+            if (s.src1.loc != where::none) pair[a.nsrc++] = base(s.src1, channel, s.count);
             a.src = pair;
+        }
+        // Every lane sees the same pointers (the fan table after the
+        // barrier above), so every lane leaves alike; the next write of the
+        // fan table comes after post()'s barrier.
+        if (world.maps != nullptr) {
+            if (const int bad = unreachable_rank(s, a); bad >= 0) {
+                bad_peer = bad;
+                bad_unit = posted;
+                return status::unreachable;
+            }
         }
         lane_reduce_copy(lanes, a, op);
         return status::ok;

@@ -1,0 +1,456 @@
+#pragma once
+//! \file backend/lane_process.hpp
+//! The lane executor (exec/lane_env.hpp) over N processes of one node, one
+//! rank each: what they share, how they find each other, how a dead peer
+//! stops the others, and how a call whose buffers no peer can reach is
+//! staged through shared scratch. Host code only (no CUDA, no MPI).
+//!
+//! Memory. Every segment comes from a lane_memory_provider (a struct of
+//! four functions: create, open, unlink, close); posix_shm_provider() is
+//! POSIX shared memory (backend/shm.hpp). The GPU multi-process backend is
+//! meant to supply CUDA IPC memory for the rank segments instead and to
+//! register the node segment with cudaHostRegister(...,
+//! cudaHostRegisterMapped); nothing else here changes.
+//!
+//!   node segment (created by rank 0):
+//!     [0, 128)                 abort word (std::uint32_t; lane_world::abort)
+//!     [128, 256)               dead: 1 + the first rank seen dead, 0 none
+//!     [256, 256 + 8 * 64)      pid[max_lane_ranks]   (each rank writes its own)
+//!     [768, 768 + 64)          left[max_lane_ranks]  (1: the rank closed its world)
+//!     [faults_offset, +n)      lane_fault[n] (lane_world::faults)
+//!   rank segment (one per rank, created by that rank):
+//!     [0, area_bytes)          its lane_rank_area (flags, descriptors, counters)
+//!     [scratch_offset, +scratch_bytes)        its scratch: the schedule's
+//!                                             scratch and, for a staged call,
+//!                                             copies of `in` and `out`
+//!     [registered_offset, +registered_bytes)  its registered buffers
+//!                                             (allocate_registered)
+//!
+//! Setup. Each rank creates its segment (rank 0 also the node segment),
+//! the ranks all_gather one fixed-size record each (segment names, the
+//! address each segment has in its creator, sizes, process id) through
+//! detail::file_bootstrap, every rank maps every peer's segment wherever
+//! mmap puts it, a second exchange says that every rank has mapped
+//! everything, and each creator unlinks its names (nothing stays in
+//! /dev/shm; a job killed before that leaves names that the next creator
+//! sweeps, see shm_segment::sweep_stale_segments). Each rank then holds
+//! its area table (lane_rank_area* [n], in its own address space) and one
+//! lane_peer_map per peer with two ranges: the peer's scratch and its
+//! registered buffers. A peer's pointer outside both is unreachable: the
+//! step fails with status::unreachable, nothing is dereferenced.
+//!
+//! Liveness. A watcher thread per process polls every peer's process
+//! (every `watch_period`) and, when one is gone (or a zombie) without
+//! having closed its world, records it in `dead` and sets the abort word:
+//! every wait of every rank stops, and failure() reports errc::peer_failed
+//! naming the dead rank. The watcher stops in the destructor, which marks
+//! the rank as left first, so a rank that finished and exited is not taken
+//! for dead.
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "../core/error.hpp"
+#include "../exec/lane_env.hpp"
+#include "bootstrap.hpp"
+#include "gpu_checks.hpp"
+#include "shm.hpp"
+
+namespace chorus::detail {
+
+// --- staging ---------------------------------------------------------------
+
+//! Alignment of every region of a staged call in the rank's scratch.
+inline constexpr std::uint64_t lane_stage_align_bytes = 256;
+
+//! Where a staged call's parts lie in the rank's shared scratch, bytes
+//! from its start: the schedule's scratch, the copy of `in` (copied there
+//! before the schedule runs), the copy of `out` (copied back after it).
+struct lane_staging_plan {
+    std::uint64_t schedule_offset_bytes = 0;
+    std::uint64_t in_offset_bytes = 0;
+    std::uint64_t out_offset_bytes = 0; //!< == in_offset_bytes when in and out are one buffer
+    std::uint64_t total_bytes = 0;      //!< end of the last region: <= the scratch size
+};
+
+//! The plan of a call staged through `scratch_bytes` of shared scratch:
+//! the schedule needs `schedule_scratch_elems` elements, `in_elems` and
+//! `out_elems` are the call's buffers (`same_buffer`: in and out are one
+//! buffer from one start, as Broadcast's, staged once, max of the two),
+//! `elem_bytes` per element. Regions in that order, each at a multiple of
+//! 256 bytes. Throws errc::invalid_argument naming the bytes needed, the
+//! scratch size and `knob` when it does not fit.
+inline lane_staging_plan plan_staging(std::uint64_t schedule_scratch_elems, std::uint64_t in_elems,
+                                      std::uint64_t out_elems, std::uint64_t elem_bytes, bool same_buffer,
+                                      std::uint64_t scratch_bytes,
+                                      const std::string& knob = "lane_process_config::scratch_bytes") {
+    if (elem_bytes == 0) throw error(errc::invalid_argument, "chorus::plan_staging: `elem_bytes` must be positive");
+    bool overflow = false;
+    auto bytes_of = [&](std::uint64_t elems) {
+        std::uint64_t b = 0;
+        if (__builtin_mul_overflow(elems, elem_bytes, &b)) overflow = true;
+        return b;
+    };
+    auto round_up = [&](std::uint64_t b) {
+        std::uint64_t r = 0;
+        if (__builtin_add_overflow(b, lane_stage_align_bytes - 1, &r)) overflow = true;
+        return r / lane_stage_align_bytes * lane_stage_align_bytes;
+    };
+    auto add = [&](std::uint64_t a, std::uint64_t b) {
+        std::uint64_t r = 0;
+        if (__builtin_add_overflow(a, b, &r)) overflow = true;
+        return r;
+    };
+    const std::uint64_t sched = bytes_of(schedule_scratch_elems);
+    const std::uint64_t in = bytes_of(same_buffer ? std::max(in_elems, out_elems) : in_elems);
+    const std::uint64_t out = same_buffer ? 0 : bytes_of(out_elems);
+    lane_staging_plan p;
+    p.schedule_offset_bytes = 0;
+    p.in_offset_bytes = round_up(sched);
+    p.out_offset_bytes = same_buffer ? p.in_offset_bytes : round_up(add(p.in_offset_bytes, in));
+    p.total_bytes = add(p.out_offset_bytes, same_buffer ? in : out);
+    if (overflow || p.total_bytes > scratch_bytes) {
+        const std::string need = overflow ? std::string("more than 2^64") : std::to_string(p.total_bytes);
+        throw error(errc::invalid_argument,
+                    "chorus::plan_staging: staging this call needs " + need +
+                        " bytes of the rank's shared scratch (the schedule's " +
+                        std::to_string(schedule_scratch_elems) + " elements, `in` " + std::to_string(in_elems) + " and `out` " + std::to_string(out_elems) +
+                        " elements of " + std::to_string(elem_bytes) + " bytes" +
+                        (same_buffer ? ", one buffer" : "") + ", each region aligned to " +
+                        std::to_string(lane_stage_align_bytes) + " bytes) but the scratch has " +
+                        std::to_string(scratch_bytes) + " bytes; raise " + knob +
+                        ", or pass registered buffers");
+    }
+    return p;
+}
+
+// --- memory provider --------------------------------------------------------
+
+//! A segment's name as ranks exchange it (fixed size: a bootstrap record).
+struct lane_segment_name {
+    char text[64] = {};
+};
+
+//! One mapping a provider made; `handle` is the provider's own.
+struct lane_mapping {
+    std::byte* base = nullptr;
+    std::size_t bytes = 0;
+    void* handle = nullptr;
+};
+
+//! Where the process world's memory comes from (see the file comment).
+struct lane_memory_provider {
+    //! A new zero-filled segment of `bytes`, mapped; `name` gets what peers
+    //! pass to open. Errors name `knob`, what sets the size.
+    lane_mapping (*create)(std::size_t bytes, lane_segment_name& name, const std::string& knob) = nullptr;
+    //! Maps a segment a peer created.
+    lane_mapping (*open)(const lane_segment_name& name, std::size_t bytes) = nullptr;
+    //! Removes the name once every rank mapped it (mappings stay valid).
+    void (*unlink)(const lane_segment_name& name) = nullptr;
+    //! Unmaps (noexcept).
+    void (*close)(lane_mapping& m) = nullptr;
+};
+
+//! POSIX shared memory (shm_segment).
+inline lane_memory_provider posix_shm_provider() {
+    lane_memory_provider p;
+    p.create = [](std::size_t bytes, lane_segment_name& name, const std::string& knob) {
+        shm_segment::sweep_stale_segments();
+        std::string n;
+        auto seg = std::make_unique<shm_segment>(shm_segment::create_unique(n, bytes, knob));
+        std::snprintf(name.text, sizeof name.text, "%s", n.c_str());
+        lane_mapping m{seg->data(), seg->bytes(), seg.get()};
+        seg.release();
+        return m;
+    };
+    p.open = [](const lane_segment_name& name, std::size_t bytes) {
+        auto seg = std::make_unique<shm_segment>(shm_segment::open(name.text, bytes));
+        lane_mapping m{seg->data(), seg->bytes(), seg.get()};
+        seg.release();
+        return m;
+    };
+    p.unlink = [](const lane_segment_name& name) { shm_segment::unlink(name.text); };
+    p.close = [](lane_mapping& m) {
+        delete static_cast<shm_segment*>(m.handle);
+        m = {};
+    };
+    return p;
+}
+
+// --- liveness ---------------------------------------------------------------
+
+//! True when process `pid` no longer runs: gone, or a zombie its parent
+//! has not reaped yet (process_alive() counts a zombie as alive).
+inline bool process_gone(int pid) {
+    if (!process_alive(pid)) return true;
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return false; // no /proc: kill(pid, 0) said it exists
+    char buf[512];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    const char* close = std::strrchr(buf, ')'); // "pid (comm) S ...": comm may hold anything
+    return close != nullptr && close[1] == ' ' && (close[2] == 'Z' || close[2] == 'X');
+}
+
+// --- the world --------------------------------------------------------------
+
+//! What a process world is made with. Every rank passes the same sizes.
+struct lane_process_config {
+    std::uint64_t scratch_bytes = std::uint64_t(1) << 20; //!< per rank: schedule scratch and staged copies
+    std::uint64_t registered_bytes = 0;                   //!< per rank: room for allocate_registered
+    std::chrono::milliseconds setup_timeout{10000};       //!< each bootstrap exchange
+    std::chrono::milliseconds watch_period{2};            //!< how often the watcher looks at the peers
+    lane_memory_provider memory = posix_shm_provider();
+};
+
+//! The node segment's fixed part (see the file comment).
+struct lane_node_header {
+    alignas(128) std::uint32_t abort = 0;
+    alignas(128) std::int32_t dead = 0; //!< 1 + the first rank seen dead; 0: none
+    alignas(128) std::int64_t pid[max_lane_ranks] = {};
+    std::uint8_t left[max_lane_ranks] = {};
+};
+
+//! One rank's share of a process world (see the file comment). Host
+//! object; world() is what the lane executor receives.
+class lane_process_world {
+public:
+    //! Joins the world of `size` ranks that meet at `id`, as rank `rank`.
+    //! Collective: every rank constructs one with the same config sizes.
+    lane_process_world(const unique_id& id, int rank, int size, const lane_process_config& cfg = {})
+        : cfg_(cfg), rank_(rank), n_(size) {
+        if (size < 1 || size > max_lane_ranks)
+            throw error(errc::invalid_argument, "chorus::lane_process: `size` is " + std::to_string(size) +
+                                                    "; a lane world has 1.." + std::to_string(max_lane_ranks) +
+                                                    " ranks");
+        if (cfg.memory.create == nullptr || cfg.memory.open == nullptr || cfg.memory.unlink == nullptr ||
+            cfg.memory.close == nullptr)
+            throw error(errc::invalid_argument, "chorus::lane_process: `cfg.memory` lacks a function");
+        area_bytes_ = round_up(sizeof(lane_rank_area), 4096);
+        scratch_offset_ = area_bytes_;
+        registered_offset_ = round_up(scratch_offset_ + cfg.scratch_bytes, 4096);
+        segment_bytes_ = std::max<std::uint64_t>(registered_offset_ + cfg.registered_bytes, 4096);
+        faults_offset_ = round_up(sizeof(lane_node_header), 128);
+        node_bytes_ = round_up(faults_offset_ + sizeof(lane_fault) * std::size_t(size), 4096);
+        maps_.assign(std::size_t(size), lane_peer_map{});
+        table_.assign(std::size_t(size), nullptr);
+        segs_.assign(std::size_t(size), lane_mapping{});
+        file_bootstrap boot(id, rank, size, cfg.setup_timeout);
+        record mine{};
+        bool named = false; // this rank's names exist in /dev/shm
+        try {
+            segs_[std::size_t(rank)] = cfg.memory.create(std::size_t(segment_bytes_), mine.own,
+                                                         "lane_process_config::scratch_bytes and registered_bytes");
+            named = true;
+            if (rank == 0) node_ = cfg.memory.create(std::size_t(node_bytes_), mine.node, "the rank count");
+            mine.own_base = reinterpret_cast<std::uint64_t>(segs_[std::size_t(rank)].base);
+            mine.scratch_bytes = cfg.scratch_bytes;
+            mine.registered_bytes = cfg.registered_bytes;
+            mine.pid = getpid();
+            const std::vector<std::byte> all = boot.all_gather(&mine, sizeof mine);
+            recs_.resize(std::size_t(size));
+            std::memcpy(recs_.data(), all.data(), sizeof(record) * std::size_t(size));
+            for (int r = 0; r < size; ++r) {
+                const record& o = recs_[std::size_t(r)];
+                if (o.scratch_bytes != cfg.scratch_bytes || o.registered_bytes != cfg.registered_bytes)
+                    throw error(errc::mismatch,
+                                "chorus::lane_process: rank " + std::to_string(r) + " has scratch_bytes " +
+                                    std::to_string(o.scratch_bytes) + " and registered_bytes " +
+                                    std::to_string(o.registered_bytes) + ", this rank " +
+                                    std::to_string(cfg.scratch_bytes) + " and " +
+                                    std::to_string(cfg.registered_bytes) + " (every rank passes the same)");
+            }
+            if (rank != 0) node_ = cfg.memory.open(recs_[0].node, std::size_t(node_bytes_));
+            for (int r = 0; r < size; ++r)
+                if (r != rank)
+                    segs_[std::size_t(r)] = cfg.memory.open(recs_[std::size_t(r)].own, std::size_t(segment_bytes_));
+            const char mapped = 1;
+            (void)boot.all_gather(&mapped, 1); // every rank mapped every segment: the names can go
+            unlink_own(mine);
+            named = false;
+            boot.close();
+        } catch (...) {
+            if (named) unlink_own(mine);
+            release();
+            throw;
+        }
+        header()->pid[rank] = mine.pid;
+        for (int r = 0; r < size; ++r) {
+            table_[std::size_t(r)] = reinterpret_cast<lane_rank_area*>(segs_[std::size_t(r)].base);
+            if (r == rank) continue;
+            const std::uint64_t theirs = recs_[std::size_t(r)].own_base;
+            const std::uint64_t here = reinterpret_cast<std::uint64_t>(segs_[std::size_t(r)].base);
+            lane_peer_map& m = maps_[std::size_t(r)];
+            m.ranges[0] = {theirs + scratch_offset_, here + scratch_offset_, cfg.scratch_bytes};
+            m.ranges[1] = {theirs + registered_offset_, here + registered_offset_, cfg.registered_bytes};
+            m.count = 2;
+        }
+        watcher_ = std::thread([this] { watch(); });
+    }
+    lane_process_world(const lane_process_world&) = delete;
+    lane_process_world& operator=(const lane_process_world&) = delete;
+    //! Marks this rank as left (its peers' watchers then never take its
+    //! exit for a death), stops the watcher, unmaps everything.
+    ~lane_process_world() {
+        std::atomic_ref<std::uint8_t>(header()->left[rank_]).store(1, std::memory_order_seq_cst);
+        {
+            std::lock_guard<std::mutex> g(mu_);
+            stop_ = true;
+        }
+        cv_.notify_all();
+        if (watcher_.joinable()) watcher_.join();
+        release();
+    }
+
+    int rank() const noexcept { return rank_; }
+    int size() const noexcept { return n_; }
+
+    //! What the lane executor of this process receives.
+    lane_world world() const {
+        return {table_.data(), &header()->abort, faults(), n_, n_ > 1 ? maps_.data() : nullptr};
+    }
+    //! This process's map of each peer (own entry empty).
+    const std::vector<lane_peer_map>& maps() const noexcept { return maps_; }
+
+    //! This rank's shared scratch (peers can read it).
+    std::byte* scratch() const noexcept { return own() + scratch_offset_; }
+    std::uint64_t scratch_bytes() const noexcept { return cfg_.scratch_bytes; }
+
+    //! `bytes` of this rank's registered memory (peers can read it),
+    //! aligned to 256 bytes; never freed before the world is. Throws
+    //! errc::invalid_argument when registered_bytes has no room left.
+    void* allocate_registered(std::uint64_t bytes) {
+        const std::uint64_t at = round_up(registered_used_, lane_stage_align_bytes);
+        if (at > cfg_.registered_bytes || bytes > cfg_.registered_bytes - at) {
+            const std::uint64_t left = cfg_.registered_bytes - std::min(at, cfg_.registered_bytes);
+            throw error(errc::invalid_argument, "chorus::lane_process: allocate_registered: `bytes` " +
+                                                    std::to_string(bytes) + " do not fit: " + std::to_string(left) +
+                                                    " of lane_process_config::registered_bytes (" +
+                                                    std::to_string(cfg_.registered_bytes) + ") are left; raise it");
+        }
+        registered_used_ = at + bytes;
+        return own() + registered_offset_ + at;
+    }
+
+    //! Whether peers can read [p, p + bytes): it lies in this rank's
+    //! scratch or registered memory. A call whose in or out cannot be read
+    //! is staged (plan_staging).
+    bool reachable(const void* p, std::uint64_t bytes) const noexcept {
+        const auto a = reinterpret_cast<std::uint64_t>(p);
+        auto in = [&](std::uint64_t off, std::uint64_t len) {
+            const std::uint64_t b = reinterpret_cast<std::uint64_t>(own()) + off;
+            return p != nullptr && a >= b && a - b <= len && bytes <= len - (a - b);
+        };
+        return in(scratch_offset_, cfg_.scratch_bytes) || in(registered_offset_, cfg_.registered_bytes);
+    }
+
+    bool aborted() const noexcept {
+        return std::atomic_ref<std::uint32_t>(header()->abort).load(std::memory_order_acquire) != 0;
+    }
+    //! Stops every rank's waits (the world is broken for good).
+    void abort() noexcept { std::atomic_ref<std::uint32_t>(header()->abort).store(1, std::memory_order_release); }
+    //! The rank the watcher saw die, or -1.
+    int dead_rank() const noexcept {
+        return std::atomic_ref<std::int32_t>(header()->dead).load(std::memory_order_acquire) - 1;
+    }
+
+    //! Why this rank's last call failed, or nothing when it did not and the
+    //! world is not aborted: its own unreachable peer buffer or mismatch
+    //! first (gpu_fault_error), else a dead peer (errc::peer_failed naming
+    //! it and its process), else what gpu_fault_error makes of the records.
+    std::optional<error> failure() const {
+        const lane_fault& f = faults()[rank_];
+        if (f.code == 0 && !aborted()) return std::nullopt;
+        const int own_code = f.code;
+        if (own_code != int(status::unreachable) && own_code != int(status::mismatch)) {
+            if (const int d = dead_rank(); d >= 0)
+                return error(errc::peer_failed, "chorus::lane_process: rank " + std::to_string(rank_) + ": rank " +
+                                                    std::to_string(d) + " (process " +
+                                                    std::to_string(header()->pid[d]) +
+                                                    ") died; the world is broken, make a new one");
+        }
+        return gpu_fault_error(rank_, faults(), n_, "lane_process_world::abort()");
+    }
+
+private:
+    struct record {
+        lane_segment_name node; //!< rank 0's node segment (others: empty)
+        lane_segment_name own;
+        std::uint64_t own_base; //!< the segment's address in its creator
+        std::uint64_t scratch_bytes, registered_bytes;
+        std::int64_t pid;
+    };
+
+    static std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
+    std::byte* own() const noexcept { return segs_[std::size_t(rank_)].base; }
+    lane_node_header* header() const noexcept { return reinterpret_cast<lane_node_header*>(node_.base); }
+    lane_fault* faults() const noexcept { return reinterpret_cast<lane_fault*>(node_.base + faults_offset_); }
+
+    void unlink_own(const record& mine) noexcept {
+        try {
+            cfg_.memory.unlink(mine.own);
+            if (rank_ == 0 && mine.node.text[0] != '\0') cfg_.memory.unlink(mine.node);
+        } catch (...) {
+        }
+    }
+    void release() noexcept {
+        for (lane_mapping& m : segs_)
+            if (m.base != nullptr) cfg_.memory.close(m);
+        if (node_.base != nullptr) cfg_.memory.close(node_);
+    }
+
+    //! The watcher thread: a peer gone without having left is dead.
+    void watch() {
+        lane_node_header* h = header();
+        std::unique_lock<std::mutex> lk(mu_);
+        while (!stop_) {
+            for (int r = 0; r < n_; ++r) {
+                if (r == rank_) continue;
+                const int pid = int(std::atomic_ref<std::int64_t>(h->pid[r]).load(std::memory_order_acquire));
+                if (pid == 0) continue;
+                // Gone first, then left: a rank marks itself left before it exits.
+                if (!process_gone(pid) || std::atomic_ref<std::uint8_t>(h->left[r]).load(std::memory_order_seq_cst))
+                    continue;
+                std::int32_t none = 0;
+                std::atomic_ref<std::int32_t>(h->dead).compare_exchange_strong(none, r + 1);
+                std::atomic_ref<std::uint32_t>(h->abort).store(1, std::memory_order_release);
+                return; // the world is broken: nothing more to watch for
+            }
+            cv_.wait_for(lk, cfg_.watch_period, [this] { return stop_; });
+        }
+    }
+
+    lane_process_config cfg_;
+    int rank_ = 0, n_ = 1;
+    std::uint64_t area_bytes_ = 0, scratch_offset_ = 0, registered_offset_ = 0, segment_bytes_ = 0;
+    std::uint64_t faults_offset_ = 0, node_bytes_ = 0;
+    std::uint64_t registered_used_ = 0;
+    std::vector<record> recs_;
+    std::vector<lane_mapping> segs_; //!< [n]: every rank's segment as this process maps it
+    lane_mapping node_{};
+    std::vector<lane_rank_area*> table_;
+    std::vector<lane_peer_map> maps_;
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool stop_ = false;
+    std::thread watcher_;
+};
+
+} // namespace chorus::detail

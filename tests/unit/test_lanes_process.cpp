@@ -1,0 +1,616 @@
+// The lane executor with one rank per process (backend/lane_process.hpp):
+// each rank's memory is mapped by its peers at addresses of their own, so
+// every pointer a peer publishes is translated (lane_peer_map), and one no
+// peer mapped fails the step cleanly (status::unreachable).
+// Covered: lane_peer_map::translate at range edges; plan_staging over
+// every small input against a reference; the failure reports of an
+// unreachable buffer; and, with 2, 3 and 4 forked processes (the test
+// process only supervises: it waits for them with a time limit, then
+// kills them and fails), ring<> and direct<> (default and 2 channels x
+// 64 B) x every collective the lane executor runs x counts {0, 1, 13,
+// 3001} with (float, sum) on integer-valued data (exact), each rank's
+// every channel a group of 2 threads, over registered buffers, over
+// private (malloc'd) buffers staged through the shared scratch, and mixed;
+// a rank passing a private buffer unstaged (every rank fails, naming it;
+// no crash); a rank SIGKILLed mid-collective (every other rank reports
+// peer_failed naming it within the timeout + 1 s). Nothing is left in
+// /dev/shm. Children report through a pipe and their exit code; the
+// assertions run in the supervisor.
+#include <doctest/doctest.h>
+
+#include <chorus/chorus.hpp>
+#include <chorus/backend/gpu_checks.hpp>
+#include <chorus/backend/lane_process.hpp>
+#include "lane_test_util.hpp"
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace chorus;
+using chorus::detail::status;
+using chorus_test::contains;
+
+namespace {
+
+std::uint64_t mono_ns() {
+    return std::uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                             std::chrono::steady_clock::now().time_since_epoch())
+                             .count());
+}
+
+// --- the supervisor ---------------------------------------------------------
+
+struct child_result {
+    int pid = 0;
+    int wstatus = 0;
+    bool killed_by_supervisor = false;
+    std::string text; // everything the child said
+    bool exited_ok() const { return !killed_by_supervisor && WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0; }
+};
+
+// Writes one message to the supervisor (no buffering: a child may die next).
+void say(int fd, const std::string& s) {
+    const std::string line = s + "\n";
+    const char* p = line.data();
+    std::size_t n = line.size();
+    while (n != 0) {
+        const ssize_t w = ::write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return;
+        p += w;
+        n -= std::size_t(w);
+    }
+}
+
+// Forks `n` children running body(rank, id, fd) -> exit code, and waits for
+// them at most `limit` (then kills the rest). Never runs doctest macros in
+// a child.
+template <class Body>
+std::vector<child_result> fork_ranks(int n, std::chrono::milliseconds limit, Body&& body) {
+    const unique_id id = make_unique_id();
+    std::vector<child_result> res(static_cast<std::size_t>(n));
+    std::vector<int> rd(std::size_t(n), -1);
+    for (int r = 0; r < n; ++r) {
+        int fds[2];
+        REQUIRE(::pipe(fds) == 0);
+        const pid_t pid = ::fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            ::close(fds[0]);
+            for (int q = 0; q < r; ++q) ::close(rd[std::size_t(q)]);
+            int rc = 1;
+            try {
+                rc = body(r, id, fds[1]);
+            } catch (const error& e) {
+                say(fds[1], std::string("FAIL uncaught chorus::error (") + to_string(e.code()) + "): " + e.what());
+            } catch (const std::exception& e) {
+                say(fds[1], std::string("FAIL uncaught exception: ") + e.what());
+            }
+            ::_exit(rc);
+        }
+        ::close(fds[1]);
+        ::fcntl(fds[0], F_SETFL, O_NONBLOCK);
+        rd[std::size_t(r)] = fds[0];
+        res[std::size_t(r)].pid = int(pid);
+    }
+    auto drain = [&] {
+        char buf[4096];
+        for (int r = 0; r < n; ++r) {
+            if (rd[std::size_t(r)] < 0) continue;
+            for (;;) {
+                const ssize_t g = ::read(rd[std::size_t(r)], buf, sizeof buf);
+                if (g <= 0) break;
+                res[std::size_t(r)].text.append(buf, std::size_t(g));
+            }
+        }
+    };
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    std::vector<bool> done(std::size_t(n), false);
+    for (int left = n; left > 0;) {
+        for (int r = 0; r < n; ++r) {
+            if (done[std::size_t(r)]) continue;
+            // Reaped at once: a killed child is no zombie for long.
+            if (::waitpid(res[std::size_t(r)].pid, &res[std::size_t(r)].wstatus, WNOHANG) == res[std::size_t(r)].pid) {
+                done[std::size_t(r)] = true;
+                --left;
+            }
+        }
+        drain();
+        if (left == 0) break;
+        if (std::chrono::steady_clock::now() > deadline) {
+            for (int r = 0; r < n; ++r) {
+                if (done[std::size_t(r)]) continue;
+                ::kill(res[std::size_t(r)].pid, SIGKILL);
+                ::waitpid(res[std::size_t(r)].pid, &res[std::size_t(r)].wstatus, 0);
+                res[std::size_t(r)].killed_by_supervisor = true;
+            }
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(500));
+    }
+    drain();
+    for (int fd : rd) ::close(fd);
+    return res;
+}
+
+// Names the children left in /dev/shm ("chorus-<pid>-...").
+std::vector<std::string> shm_left_by(const std::vector<child_result>& kids) {
+    std::vector<std::string> left;
+    DIR* d = ::opendir("/dev/shm");
+    if (d == nullptr) return left;
+    while (const dirent* e = ::readdir(d)) {
+        int pid = 0;
+        if (std::sscanf(e->d_name, "chorus-%d-", &pid) != 1) continue;
+        for (const child_result& k : kids)
+            if (k.pid == pid) left.emplace_back(e->d_name);
+    }
+    ::closedir(d);
+    return left;
+}
+
+void check_children(const std::vector<child_result>& kids) {
+    for (std::size_t r = 0; r < kids.size(); ++r) {
+        CAPTURE(r);
+        INFO(kids[r].text);
+        CHECK_FALSE(kids[r].killed_by_supervisor);
+        CHECK(kids[r].exited_ok());
+        CHECK(contains(kids[r].text, "done"));
+        CHECK_FALSE(contains(kids[r].text, "FAIL"));
+    }
+    CHECK(shm_left_by(kids).empty());
+}
+
+// --- one rank's calls -------------------------------------------------------
+
+float value_of(int r, std::uint64_t i) { return float((std::uint64_t(r) * 5 + i * 3) % 13 + 1); }
+
+struct named {
+    const char* name;
+    policy pol;
+};
+
+// Makes this process's later mappings land elsewhere than its peers' (a
+// forked child starts with its parent's layout).
+void shift_mappings(int rank) {
+    const std::size_t bytes = std::size_t(rank + 1) * (std::size_t(1) << 20) + std::size_t(rank) * 3 * 4096;
+    (void)::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+}
+
+// Checks that every peer's segment is mapped here at another address than
+// in its owner.
+bool addresses_differ(const detail::lane_process_world& w, int fd) {
+    for (int r = 0; r < w.size(); ++r) {
+        if (r == w.rank()) continue;
+        const detail::lane_range& g = w.maps()[std::size_t(r)].ranges[0];
+        if (g.their_base == g.my_base) {
+            say(fd, "FAIL rank " + std::to_string(r) + "'s scratch has the same address here and in its process");
+            return false;
+        }
+    }
+    return true;
+}
+
+enum class mem { registered, staged, private_unstaged };
+
+// This rank's buffers: registered ones (allocated once from the world) and
+// private ones (malloc'd).
+struct rank_buffers {
+    float* reg_in = nullptr;
+    float* reg_out = nullptr;
+    std::vector<float> priv_in, priv_out;
+};
+
+// One collective of (float, sum) on this rank: buffers as `m` says, data
+// as value_of, the result checked element by element. Returns "" or what
+// went wrong ("ERR <errc> <message>" when the call failed).
+std::string run_call(detail::lane_process_world& w, rank_buffers& b, const named& p, collective coll,
+                     std::uint64_t count, mem m, std::uint64_t timeout_ms = 10000) {
+    const int n = w.size(), rank = w.rank(), root = n - 1;
+    const bool blocks = coll == collective::all_gather || coll == collective::reduce_scatter;
+    const std::uint64_t big = blocks ? count * std::uint64_t(n) : count;
+    const std::uint64_t in_len = coll == collective::all_gather ? count : big;
+    const std::uint64_t out_len = coll == collective::reduce_scatter ? count : big;
+    const std::size_t off = std::size_t(rank % 3); // misalign by 0, 1, 2 elements
+    float* in = (m == mem::registered ? b.reg_in : b.priv_in.data()) + off;
+    float* out = (m == mem::registered ? b.reg_out : b.priv_out.data()) + off;
+    if (m == mem::private_unstaged) out = b.reg_out + off; // only `in` is private
+    for (std::uint64_t i = 0; i < in_len; ++i) in[i] = value_of(rank, i);
+    for (std::uint64_t i = 0; i < out_len; ++i) out[i] = -1.f;
+    if (coll == collective::broadcast) {
+        out = in; // broadcast works in one buffer
+        if (rank != root)
+            for (std::uint64_t i = 0; i < in_len; ++i) in[i] = 0.f;
+    }
+
+    schedule_args a{coll, rank, n, root, count, sizeof(float), false, 0};
+    a.commutative = true;
+    detail::lane_launch<float, sum, any_schedule> L;
+    L.world = w.world();
+    L.rank = rank;
+    L.sig.count = count;
+    L.sig.elem_bytes = sizeof(float);
+    L.sig.type_id = detail::type_hash<float>();
+    L.sig.op_id = detail::type_hash<sum>();
+    L.sig.algo_id = p.pol.id();
+    L.timeout_ns = timeout_ms * 1000000ull;
+    L.op.set(sum{});
+    const bool staged = m == mem::staged;
+    detail::lane_staging_plan plan{};
+    float* run_in = in;
+    float* run_out = out;
+    if (staged) {
+        const bool same = in == out;
+        a.in_place = same;
+        L.sch = make_schedule(p.pol, a);
+        for (int pass = 0; pass < 2; ++pass) {
+            plan = detail::plan_staging(L.sch.scratch_elems(), in_len, out_len, sizeof(float), same, w.scratch_bytes());
+            run_in = reinterpret_cast<float*>(w.scratch() + plan.in_offset_bytes);
+            run_out = reinterpret_cast<float*>(w.scratch() + plan.out_offset_bytes);
+            const bool ip = in_place_call<float>(coll, run_in, run_out, rank, count);
+            if (ip == a.in_place) break;
+            a.in_place = ip; // (empty regions may meet): plan again for that schedule
+            L.sch = make_schedule(p.pol, a);
+        }
+        std::memcpy(run_in, in, std::size_t(same ? std::max(in_len, out_len) : in_len) * sizeof(float));
+        L.scratch = reinterpret_cast<float*>(w.scratch() + plan.schedule_offset_bytes);
+    } else {
+        a.in_place = in_place_call<float>(coll, in, out, rank, count);
+        L.sch = make_schedule(p.pol, a);
+        if (L.sch.scratch_elems() * sizeof(float) > w.scratch_bytes()) return "FAIL the scratch is too small";
+        L.scratch = reinterpret_cast<float*>(w.scratch());
+    }
+    L.in = run_in;
+    L.out = run_out;
+    L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), root);
+
+    if (auto f = w.failure()) return std::string("ERR ") + to_string(f->code()) + " " + f->what();
+    const status st = chorus_test::run_rank_lanes(L, 2);
+    if (st != status::ok) {
+        const auto f = w.failure();
+        return std::string("ERR ") + (f ? to_string(f->code()) : "?") + " " + (f ? f->what() : "no fault recorded");
+    }
+    if (staged) std::memcpy(out, run_out, std::size_t(out_len) * sizeof(float));
+
+    if (coll == collective::reduce && rank != root) return "";
+    std::uint64_t wrong = 0, first = 0;
+    for (std::uint64_t i = 0; i < out_len; ++i) {
+        float want = 0.f;
+        switch (coll) {
+        case collective::all_reduce:
+        case collective::reduce:
+        case collective::reduce_scatter: {
+            const std::uint64_t j = coll == collective::reduce_scatter ? std::uint64_t(rank) * count + i : i;
+            for (int q = 0; q < n; ++q) want += value_of(q, j);
+            break;
+        }
+        case collective::all_gather: want = value_of(int(i / count), i % count); break;
+        case collective::broadcast: want = value_of(root, i); break;
+        default: break;
+        }
+        if (out[i] != want && wrong++ == 0) first = i;
+    }
+    if (wrong != 0)
+        return "FAIL " + std::to_string(wrong) + " wrong elements, the first at " + std::to_string(first) + ": " +
+               std::to_string(out[first]);
+    return "";
+}
+
+constexpr std::uint64_t max_count = 3001;
+
+detail::lane_process_config test_config(int n) {
+    detail::lane_process_config cfg;
+    const std::uint64_t buf = (max_count * std::uint64_t(n) + 8) * sizeof(float);
+    cfg.scratch_bytes = 4 * buf + 4096; // the schedule's scratch and staged copies
+    cfg.registered_bytes = 2 * buf + 1024;
+    cfg.setup_timeout = std::chrono::milliseconds(10000);
+    return cfg;
+}
+
+rank_buffers make_buffers(detail::lane_process_world& w) {
+    const std::uint64_t elems = max_count * std::uint64_t(w.size()) + 8;
+    rank_buffers b;
+    b.reg_in = static_cast<float*>(w.allocate_registered(elems * sizeof(float)));
+    b.reg_out = static_cast<float*>(w.allocate_registered(elems * sizeof(float)));
+    b.priv_in.assign(elems, 0.f);
+    b.priv_out.assign(elems, 0.f);
+    return b;
+}
+
+const char* mem_name(mem m) {
+    return m == mem::registered ? "registered" : m == mem::staged ? "staged" : "private";
+}
+
+// The matrix on one rank; every rank runs the same calls in the same order.
+int matrix_child(int rank, int n, const unique_id& id, int fd) {
+    shift_mappings(rank);
+    detail::lane_process_world w(id, rank, n, test_config(n));
+    if (!addresses_differ(w, fd)) return 1;
+    rank_buffers b = make_buffers(w);
+    const named pols[] = {{"ring<>", policy_of<ring<>>},
+                          {"ring<2ch,64B>", policy_of<ring<{2, 64}>>},
+                          {"direct<>", policy_of<direct<>>},
+                          {"direct<2ch,64B>", policy_of<direct<{2, 64}>>}};
+    int calls = 0, failures = 0;
+    for (int mode = 0; mode < 3; ++mode) {
+        for (const named& p : pols) {
+            for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
+                                    collective::broadcast, collective::reduce}) {
+                for (std::uint64_t count : {std::uint64_t(0), std::uint64_t(1), std::uint64_t(13), max_count}) {
+                    // mode 2 mixes: even ranks registered, odd ranks staged.
+                    const mem m = mode == 0 ? mem::registered
+                                  : mode == 1 ? mem::staged
+                                              : (rank % 2 == 0 ? mem::registered : mem::staged);
+                    const std::string r = run_call(w, b, p, coll, count, m);
+                    ++calls;
+                    if (!r.empty()) {
+                        ++failures;
+                        say(fd, std::string("FAIL ") + p.name + " " + collective_name(coll) + " count " +
+                                    std::to_string(count) + " " + mem_name(m) + " (mode " + std::to_string(mode) +
+                                    "): " + r);
+                        if (contains(r, "ERR")) return 1; // the world is broken: nothing more can run
+                    }
+                }
+            }
+        }
+    }
+    say(fd, "done " + std::to_string(calls) + " calls");
+    return failures == 0 ? 0 : 1;
+}
+
+} // namespace
+
+TEST_CASE("lane_peer_map: a peer's extent translates only whole inside one mapped range") {
+    detail::lane_peer_map m{};
+    m.ranges[0] = {0x10000, 0x90000, 256};
+    m.ranges[1] = {0x20000, 0x30000, 64};
+    m.count = 2;
+    auto at = [&](std::uint64_t p, std::uint64_t bytes) {
+        return reinterpret_cast<std::uint64_t>(m.translate(reinterpret_cast<const void*>(p), bytes));
+    };
+    CHECK(at(0x10000, 256) == 0x90000);
+    CHECK(at(0x10010, 16) == 0x90010);
+    CHECK(at(0x10000 + 255, 1) == 0x90000 + 255);
+    CHECK(at(0x10000 + 255, 2) == 0);   // the extent runs past the end
+    CHECK(at(0x10000 + 256, 1) == 0);   // one past the end
+    CHECK(at(0x10000 + 256, 0) == 0x90000 + 256); // an empty extent at the end
+    CHECK(at(0x0FFFF, 1) == 0);         // before the start
+    CHECK(at(0x20020, 32) == 0x30020);  // the second range
+    CHECK(at(0x20020, 33) == 0);
+    CHECK(at(0x15000, 4) == 0);         // between ranges
+    CHECK(m.translate(nullptr, 0) == nullptr);
+    CHECK(at(0x10000, ~std::uint64_t(0)) == 0); // no wrap-around
+    detail::lane_peer_map empty{};
+    CHECK(empty.translate(reinterpret_cast<const void*>(std::uintptr_t(0x10000)), 1) == nullptr);
+}
+
+TEST_CASE("plan_staging: every small input, against a reference, and too small a scratch names the knob") {
+    const std::uint64_t A = detail::lane_stage_align_bytes;
+    auto up = [&](std::uint64_t v) { return (v + A - 1) / A * A; };
+    int checked = 0;
+    for (std::uint64_t eb : {1u, 2u, 4u, 8u, 96u}) {
+        for (std::uint64_t sched = 0; sched <= 6; ++sched) {
+            for (std::uint64_t in = 0; in <= 6; ++in) {
+                for (std::uint64_t out = 0; out <= 6; ++out) {
+                    for (bool same : {false, true}) {
+                        // The reference layout: schedule, in, out, each at a multiple of A.
+                        const std::uint64_t sched_b = sched * eb, in_b = (same ? std::max(in, out) : in) * eb,
+                                            out_b = same ? 0 : out * eb;
+                        const std::uint64_t in_off = up(sched_b);
+                        const std::uint64_t out_off = same ? in_off : up(in_off + in_b);
+                        const std::uint64_t total = same ? in_off + in_b : out_off + out_b;
+                        const std::uint64_t below = total == 0 ? 0 : total - 1;
+                        for (std::uint64_t scratch : {total, total + 1, below, std::uint64_t(4096)}) {
+                            CAPTURE(eb);
+                            CAPTURE(sched);
+                            CAPTURE(in);
+                            CAPTURE(out);
+                            CAPTURE(same);
+                            CAPTURE(scratch);
+                            ++checked;
+                            if (scratch < total) {
+                                try {
+                                    (void)detail::plan_staging(sched, in, out, eb, same, scratch);
+                                    FAIL("no error");
+                                } catch (const error& e) {
+                                    CHECK(e.code() == errc::invalid_argument);
+                                    CHECK(contains(e.what(), std::to_string(total) + " bytes"));
+                                    CHECK(contains(e.what(), "has " + std::to_string(scratch) + " bytes"));
+                                    CHECK(contains(e.what(), "lane_process_config::scratch_bytes"));
+                                }
+                                continue;
+                            }
+                            const auto p = detail::plan_staging(sched, in, out, eb, same, scratch);
+                            CHECK(p.schedule_offset_bytes == 0);
+                            CHECK(p.in_offset_bytes == in_off);
+                            CHECK(p.out_offset_bytes == out_off);
+                            CHECK(p.total_bytes == total);
+                            CHECK(p.in_offset_bytes % A == 0);
+                            CHECK(p.out_offset_bytes % A == 0);
+                            // Regions in order and apart: the schedule's ends before in, in before out.
+                            CHECK(sched_b <= p.in_offset_bytes);
+                            if (!same) CHECK(p.in_offset_bytes + in_b <= p.out_offset_bytes);
+                            CHECK(p.total_bytes <= scratch);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    CHECK(checked > 10000);
+    // Overflow is an error, not a wrapped layout; the knob is the caller's.
+    try {
+        (void)detail::plan_staging(std::uint64_t(1) << 62, 1, 1, 8, false, ~std::uint64_t(0), "CHORUS_SCRATCH");
+        FAIL("no error");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::invalid_argument);
+        CHECK(contains(e.what(), "more than 2^64"));
+        CHECK(contains(e.what(), "CHORUS_SCRATCH"));
+    }
+    CHECK_THROWS_AS((void)detail::plan_staging(1, 1, 1, 0, false, 4096), error);
+}
+
+TEST_CASE("lane executor failure reports: an unreachable buffer names its rank") {
+    std::vector<detail::lane_fault> f(3);
+    f[0].code = int(status::unreachable);
+    f[0].peer = 1;
+    f[0].unit = 2;
+    f[1].code = int(status::aborted);
+    f[2].code = int(status::aborted);
+    const error e0 = detail::gpu_fault_error(0, f.data(), 3, "");
+    CHECK(e0.code() == errc::invalid_argument);
+    CHECK(contains(e0.what(), "a buffer of rank 1 is neither registered nor staged"));
+    const error e1 = detail::gpu_fault_error(1, f.data(), 3, ""); // the rank that passed it
+    CHECK(e1.code() == errc::invalid_argument);
+    CHECK(contains(e1.what(), "rank 0 could not read a buffer this rank passed"));
+    const error e2 = detail::gpu_fault_error(2, f.data(), 3, "");
+    CHECK(e2.code() == errc::peer_failed);
+    CHECK(contains(e2.what(), "because rank 0 failed (a buffer of rank 1 is neither registered nor staged"));
+}
+
+TEST_CASE("lane_process_world of one rank: registered memory, reachability, no maps") {
+    detail::lane_process_config cfg;
+    cfg.scratch_bytes = 1000;
+    cfg.registered_bytes = 1024;
+    detail::lane_process_world w(make_unique_id(), 0, 1, cfg);
+    CHECK(w.world().maps == nullptr); // one rank: nothing to translate
+    CHECK(w.world().nranks == 1);
+    CHECK(w.world().areas[0] != nullptr);
+    CHECK_FALSE(w.failure().has_value());
+    auto* a = static_cast<std::byte*>(w.allocate_registered(10));
+    auto* b = static_cast<std::byte*>(w.allocate_registered(256));
+    CHECK(reinterpret_cast<std::uintptr_t>(a) % 256 == 0);
+    CHECK(b - a == 256);
+    CHECK(w.reachable(a, 10));
+    CHECK(w.reachable(b, 256));
+    CHECK(w.reachable(w.scratch(), 1000));
+    CHECK_FALSE(w.reachable(w.scratch(), 1001));
+    std::vector<float> priv(4);
+    CHECK_FALSE(w.reachable(priv.data(), 4));
+    CHECK_FALSE(w.reachable(nullptr, 0));
+    try {
+        (void)w.allocate_registered(513); // 1024 - 512 = 512 are left
+        FAIL("no error");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::invalid_argument);
+        CHECK(contains(e.what(), "`bytes` 513 do not fit: 512 of lane_process_config::registered_bytes (1024)"));
+    }
+    CHECK(w.allocate_registered(512) != nullptr);
+    w.abort();
+    CHECK(w.aborted());
+    const auto f = w.failure();
+    REQUIRE(f.has_value());
+    CHECK(f->code() == errc::aborted);
+}
+
+TEST_CASE("lane executor, one process per rank: ring<> and direct<> x every collective, registered and staged") {
+    for (int n : {2, 3, 4}) {
+        CAPTURE(n);
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto kids = fork_ranks(n, std::chrono::milliseconds(20000), [n](int rank, const unique_id& id, int fd) {
+            return matrix_child(rank, n, id, fd);
+        });
+        check_children(kids);
+        MESSAGE("n = " << n << ": " << chorus_test::seconds_since(t0) << " s");
+    }
+}
+
+TEST_CASE("lane executor, one process per rank: a private buffer passed unstaged fails every rank, naming it") {
+    const int n = 3;
+    const auto kids = fork_ranks(n, std::chrono::milliseconds(15000), [](int rank, const unique_id& id, int fd) {
+        shift_mappings(rank);
+        detail::lane_process_world w(id, rank, n, test_config(n));
+        rank_buffers b = make_buffers(w);
+        // direct<>: every rank reads every peer's `in`; rank 1's is malloc'd.
+        const named p{"direct<>", policy_of<direct<>>};
+        const std::string r = run_call(w, b, p, collective::all_reduce, 1001,
+                                       rank == 1 ? mem::private_unstaged : mem::registered, 3000);
+        say(fd, r.empty() ? std::string("FAIL the call succeeded") : r);
+        say(fd, "done");
+        return 0;
+    });
+    check_children(kids);
+    int unreachable_seen = 0;
+    for (int r = 0; r < n; ++r) {
+        const std::string& t = kids[std::size_t(r)].text;
+        CAPTURE(r);
+        INFO(t);
+        CHECK(contains(t, "ERR "));
+        CHECK(contains(t, "a buffer of rank 1 is neither registered nor staged"));
+        CHECK((contains(t, "ERR invalid argument") || contains(t, "ERR peer failed")));
+        if (r != 1 && contains(t, "ERR invalid argument")) ++unreachable_seen;
+    }
+    CHECK(unreachable_seen >= 1); // a reader of rank 1's `in` saw it itself
+    CHECK(contains(kids[1].text, "could not read a buffer this rank passed")); // the rank at fault is told
+}
+
+TEST_CASE("lane executor, one process per rank: a rank killed mid-collective, the others report peer_failed in time") {
+    const std::uint64_t timeout_ms = 1500;
+    for (int n : {3, 4}) {
+        CAPTURE(n);
+        const int victim = 1;
+        const auto kids = fork_ranks(n, std::chrono::milliseconds(15000), [&](int rank, const unique_id& id, int fd) {
+            shift_mappings(rank);
+            detail::lane_process_world w(id, rank, n, test_config(n));
+            rank_buffers b = make_buffers(w);
+            const named p{"ring<2ch,64B>", policy_of<ring<{2, 64}>>};
+            std::thread killer;
+            if (rank == victim)
+                killer = std::thread([fd] {
+                    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+                    say(fd, "KILL " + std::to_string(mono_ns()));
+                    ::kill(::getpid(), SIGKILL);
+                });
+            const auto t0 = std::chrono::steady_clock::now();
+            int calls = 0;
+            while (chorus_test::seconds_since(t0) < 10.0) {
+                const std::string r = run_call(w, b, p, collective::all_reduce, max_count, mem::registered, timeout_ms);
+                ++calls;
+                if (!r.empty()) {
+                    say(fd, "AT " + std::to_string(mono_ns()) + " after " + std::to_string(calls) + " calls");
+                    say(fd, r);
+                    say(fd, "done");
+                    if (killer.joinable()) killer.join();
+                    return 0;
+                }
+            }
+            say(fd, "FAIL no call failed in 10 s");
+            if (killer.joinable()) killer.join();
+            return 1;
+        });
+        const child_result& v = kids[std::size_t(victim)];
+        CHECK(WIFSIGNALED(v.wstatus));
+        CHECK(WTERMSIG(v.wstatus) == SIGKILL);
+        std::uint64_t killed_at = 0;
+        if (const auto k = v.text.find("KILL "); k != std::string::npos) killed_at = std::stoull(v.text.substr(k + 5));
+        REQUIRE(killed_at != 0);
+        for (int r = 0; r < n; ++r) {
+            if (r == victim) continue;
+            const child_result& k = kids[std::size_t(r)];
+            CAPTURE(r);
+            INFO(k.text);
+            CHECK(k.exited_ok());
+            CHECK(contains(k.text, "ERR peer failed"));
+            CHECK(contains(k.text, "rank 1 (process " + std::to_string(v.pid) + ") died"));
+            std::uint64_t at = 0;
+            if (const auto a = k.text.find("AT "); a != std::string::npos) at = std::stoull(k.text.substr(a + 3));
+            REQUIRE(at != 0);
+            CHECK(at >= killed_at);
+            CHECK(double(at - killed_at) / 1e9 < double(timeout_ms) / 1e3 + 1.0);
+        }
+        CHECK(shm_left_by(kids).empty());
+    }
+}
