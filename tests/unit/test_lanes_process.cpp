@@ -341,9 +341,9 @@ int matrix_child(int rank, int n, const unique_id& id, int fd) {
     if (!addresses_differ(w, fd)) return 1;
     rank_buffers b = make_buffers(w);
     const named pols[] = {{"ring<>", policy_of<ring<>>},
-                          {"ring<2ch,64B>", policy_of<ring<{2, 64}>>},
+                          {"ring<2ch,64B>", policy_of<ring<ring_params{2, 64}>>},
                           {"direct<>", policy_of<direct<>>},
-                          {"direct<2ch,64B>", policy_of<direct<{2, 64}>>}};
+                          {"direct<2ch,64B>", policy_of<direct<direct_params{2, 64}>>}};
     int calls = 0, failures = 0;
     for (int mode = 0; mode < 3; ++mode) {
         for (const named& p : pols) {
@@ -566,7 +566,7 @@ TEST_CASE("lane executor, one process per rank: a rank killed mid-collective, th
             shift_mappings(rank);
             detail::lane_process_world w(id, rank, n, test_config(n));
             rank_buffers b = make_buffers(w);
-            const named p{"ring<2ch,64B>", policy_of<ring<{2, 64}>>};
+            const named p{"ring<2ch,64B>", policy_of<ring<ring_params{2, 64}>>};
             std::thread killer;
             if (rank == victim)
                 killer = std::thread([fd] {
