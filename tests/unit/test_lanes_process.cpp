@@ -790,6 +790,7 @@ TEST_CASE("lane_process_world over a caller's lane_bootstrap: two exchanges and 
             detail::lane_process_world w(boot, cfg);
             CHECK(w.rank() == 0);
             CHECK(w.size() == 1);
+            CHECK(w.peers_left()); // no peers
         }
         CHECK(boot.gathers == 2);
         CHECK(boot.closes == 1);
@@ -833,6 +834,13 @@ TEST_CASE("lane_process_world over a caller's lane_bootstrap: two exchanges and 
                 const std::string r = run_call(w, b, p, collective::all_reduce, max_count, m);
                 if (!r.empty()) say(fd, std::string("FAIL ") + mem_name(m) + ": " + r);
             }
+            // Leaving: each rank sees the others leave (what the GPU layer
+            // waits for before it frees memory its peers map).
+            w.mark_left();
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (!w.peers_left() && std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            if (!w.peers_left()) say(fd, "FAIL peers_left() still false after 10 s");
             say(fd, "done");
             return 0;
         });

@@ -380,7 +380,7 @@ public:
     //! Marks this rank as left (its peers' watchers then never take its
     //! exit for a death), stops the watcher, unmaps everything.
     ~lane_process_world() {
-        std::atomic_ref<std::uint8_t>(header()->left[rank_]).store(1, std::memory_order_seq_cst);
+        mark_left();
         {
             std::lock_guard<std::mutex> g(mu_);
             stop_ = true;
@@ -392,6 +392,25 @@ public:
 
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return n_; }
+
+    //! Marks this rank as having left the world (its peers' watchers then
+    //! never take its exit for a death); it issues nothing more. The
+    //! destructor does it; a layer whose memory must outlive the peers'
+    //! use of it (CUDA IPC: freeing the exporter's memory while peers map
+    //! it is not safe) calls it first and waits for peers_left().
+    void mark_left() noexcept {
+        std::atomic_ref<std::uint8_t>(header()->left[rank_]).store(1, std::memory_order_seq_cst);
+    }
+    //! True when every peer has left the world or its process is gone.
+    bool peers_left() const noexcept {
+        for (int r = 0; r < n_; ++r) {
+            if (r == rank_ || std::atomic_ref<std::uint8_t>(header()->left[r]).load(std::memory_order_seq_cst))
+                continue;
+            const int pid = int(std::atomic_ref<std::int64_t>(header()->pid[r]).load(std::memory_order_acquire));
+            if (pid == 0 || !process_gone(pid)) return false;
+        }
+        return true;
+    }
 
     //! What the lane executor of this process receives.
     lane_world world() const {
