@@ -5,9 +5,11 @@
 #
 # 1. configures a fresh build tree (default <repo>/build-gpu-check) with
 #    -DCHORUS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=<compute capability from
-#    nvidia-smi, fallback 90> -DCMAKE_BUILD_TYPE=Release -DCHORUS_MPI=OFF;
-# 2. builds only chorus_gpu_suite, chorus_gpu_host_device_pointer and
-#    chorus_bench_gpu (-j$(nproc));
+#    nvidia-smi, fallback 90> -DCMAKE_BUILD_TYPE=Release, and
+#    -DCHORUS_MPI=AUTO when mpiexec is on PATH (else OFF);
+# 2. builds only chorus_gpu_suite, chorus_gpu_host_device_pointer,
+#    chorus_bench_gpu and, when MPI was found, chorus_gpu_process
+#    (-j$(nproc));
 #    with --prebuilt DIR, steps 1-2 are skipped when DIR holds both
 #    programs already built (e.g. on a machine without a GPU, with
 #    -DCMAKE_CUDA_ARCHITECTURES=90, and carried over) and both start;
@@ -15,7 +17,11 @@
 # 3. with CUDA_DEVICE_MAX_CONNECTIONS=32, runs the GPU suite (virtual ranks
 #    2/4/8 on device 0, and one rank per device when there are several),
 #    then chorus_gpu_host_device_pointer (device memory refused by a threads
-#    communicator from host-compiler code, managed memory reduced);
+#    communicator from host-compiler code, managed memory reduced), then
+#    chorus_gpu_process under mpiexec with PROCESS_RANKS (default 4)
+#    processes on device 0 (one process per GPU: gpu::make_communicator,
+#    CUDA IPC; at most PROCESS_TIMEOUT, default 120 s); without mpiexec it
+#    says so and skips it;
 # 4. runs chorus_bench_gpu: (a) AllReduce float, 8 virtual ranks, ring, 16
 #    and 32 channels, 1 MiB..256 MiB; (b) AllReduce float, 8 virtual ranks,
 #    direct, 8 B..64 KiB; (c) AllGather and ReduceScatter, 8 ranks, ring,
@@ -35,10 +41,11 @@
 # <repo>/build-gpu-check-results/<UTC time>; every /build* path is ignored
 # by git). Environment overrides: BUILD_DIR, RESULTS_DIR, CUDA_ARCH,
 # SUITE_TIMEOUT (seconds, default 300), BENCH_TIMEOUT (per benchmark run,
-# default 180).
+# default 180), PROCESS_RANKS (default 4), PROCESS_TIMEOUT (default 120).
 # Exit status: 0 when the build, the suite and every benchmark run
 # succeeded (all results correct), whether or not the targets are met;
-# 1 otherwise. Meant to finish in under 5 minutes on one H200.
+# 1 otherwise. Meant to finish in under 5 minutes on one H200, plus the
+# one-process-per-GPU run (at most PROCESS_TIMEOUT): within 10 minutes.
 
 set -euo pipefail
 
@@ -49,6 +56,10 @@ RESULTS_DIR=${RESULTS_DIR:-$SRC_DIR/build-gpu-check-results/$(date -u +%Y%m%dT%H
 PREBUILT=
 SUITE_TIMEOUT=${SUITE_TIMEOUT:-300}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
+PROCESS_RANKS=${PROCESS_RANKS:-4}
+PROCESS_TIMEOUT=${PROCESS_TIMEOUT:-120}
+HAVE_MPIEXEC=0
+command -v mpiexec >/dev/null 2>&1 && HAVE_MPIEXEC=1
 
 usage() {
     sed -n '2,/^$/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
@@ -155,7 +166,7 @@ if ((!USE_PREBUILT)); then
         -DCHORUS_CUDA=ON
         "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
         -DCMAKE_BUILD_TYPE=Release
-        -DCHORUS_MPI=OFF
+        "-DCHORUS_MPI=$( ((HAVE_MPIEXEC)) && echo AUTO || echo OFF)"
         "-DCMAKE_CUDA_COMPILER=$NVCC")
     echo "+ cmake ${CONFIG[*]}"
     if ! cmake "${CONFIG[@]}" 2>&1 | tee "$RESULTS_DIR/configure.log"; then
@@ -175,6 +186,11 @@ if ((!USE_PREBUILT)); then
     fi
 
     ((SUITE_BUILT)) && TARGETS+=(chorus_gpu_host_device_pointer)
+    # One process per GPU: only where CMake found MPI (the target exists).
+    if ((SUITE_BUILT && HAVE_MPIEXEC)) &&
+        cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q chorus_gpu_process; then
+        TARGETS+=(chorus_gpu_process)
+    fi
     ((SUITE_BUILT)) || TARGETS=(chorus_bench_gpu)
     echo "+ cmake --build $BUILD_DIR -j$(nproc) --target ${TARGETS[*]}"
     BUILD_START=$(date +%s)
@@ -216,6 +232,28 @@ if [[ -x $POINTER ]]; then
     0) POINTER_STATUS="PASSED" ;;
     77) POINTER_STATUS="SKIPPED (no CUDA device)" ;;
     *) POINTER_STATUS="FAILED (see host_device_pointer.log)" ;;
+    esac
+    set -e
+fi
+
+# One process per GPU (gpu::make_communicator): PROCESS_RANKS processes on
+# device 0 under mpiexec, CUDA IPC between them, a killed process at the end.
+PROCESS_STATUS="NOT BUILT"
+PROCESS=$BUILD_DIR/tests/gpu/chorus_gpu_process
+if ((!HAVE_MPIEXEC)); then
+    PROCESS_STATUS="SKIPPED (mpiexec not found)"
+    echo "gpu_check: mpiexec not found: the one-process-per-GPU test (chorus_gpu_process) is skipped"
+elif [[ -x $PROCESS ]]; then
+    echo "+ mpiexec -n $PROCESS_RANKS $PROCESS"
+    set +e
+    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+        CHORUS_TIMEOUT_MS=60000 timeout -k 10 "$PROCESS_TIMEOUT" \
+        mpiexec -n "$PROCESS_RANKS" "$PROCESS" 2>&1 | tee "$RESULTS_DIR/gpu_process.log"
+    case ${PIPESTATUS[0]} in
+    0) PROCESS_STATUS="PASSED ($PROCESS_RANKS processes)" ;;
+    77) PROCESS_STATUS="SKIPPED (no CUDA device)" ;;
+    124 | 137) PROCESS_STATUS="FAILED (timed out after $PROCESS_TIMEOUT s)" ;;
+    *) PROCESS_STATUS="FAILED (see gpu_process.log)" ;;
     esac
     set -e
 fi
@@ -355,6 +393,7 @@ done
     fi
     printf '%-44s %s\n' "GPU suite" "$SUITE_STATUS"
     printf '%-44s %s\n' "device pointers refused (host compiler)" "$POINTER_STATUS"
+    printf '%-44s %s\n' "one process per GPU (mpiexec, device 0)" "$PROCESS_STATUS"
     if ((${#BENCH_FAILED[@]})); then
         printf '%-44s %s\n' "benchmark runs" "FAILED: ${BENCH_FAILED[*]}"
     else
@@ -379,4 +418,4 @@ done
     printf '%-44s %s\n' "wall time" "$(($(date +%s) - START)) s"
 } | tee "$RESULTS_DIR/summary.txt"
 
-[[ $SUITE_STATUS == PASSED* && $POINTER_STATUS != FAILED* && ${#BENCH_FAILED[@]} -eq 0 && $WRONG -eq 0 ]]
+[[ $SUITE_STATUS == PASSED* && $POINTER_STATUS != FAILED* && $PROCESS_STATUS != FAILED* && ${#BENCH_FAILED[@]} -eq 0 && $WRONG -eq 0 ]]

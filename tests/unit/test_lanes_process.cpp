@@ -614,3 +614,236 @@ TEST_CASE("lane executor, one process per rank: a rank killed mid-collective, th
         CHECK(shm_left_by(kids).empty());
     }
 }
+
+// --- the world's parts: registered memory, providers, bootstrap -------------
+
+namespace {
+
+// Providers that count their calls around POSIX shared memory: one for the
+// rank segments, one for the node segment.
+struct provider_calls {
+    int create = 0, open = 0, unlink = 0, close = 0;
+};
+provider_calls g_rank_calls, g_node_calls;
+const detail::lane_memory_provider g_shm = detail::posix_shm_provider();
+
+template <provider_calls* C>
+detail::lane_memory_provider counting_provider() {
+    detail::lane_memory_provider p;
+    p.create = [](std::size_t bytes, detail::lane_segment_name& name, const std::string& knob) {
+        ++C->create;
+        return g_shm.create(bytes, name, knob);
+    };
+    p.open = [](const detail::lane_segment_name& name, std::size_t bytes) {
+        ++C->open;
+        return g_shm.open(name, bytes);
+    };
+    p.unlink = [](const detail::lane_segment_name& name) {
+        ++C->unlink;
+        g_shm.unlink(name);
+    };
+    p.close = [](detail::lane_mapping& m) {
+        ++C->close;
+        g_shm.close(m);
+    };
+    return p;
+}
+
+// A lane_bootstrap over another, counting the calls (or, with
+// `short_by`, returning that many bytes too few from the first exchange).
+class counting_bootstrap final : public detail::lane_bootstrap {
+public:
+    explicit counting_bootstrap(detail::lane_bootstrap& inner, std::size_t short_by = 0)
+        : inner_(inner), short_by_(short_by) {}
+    int rank() const override { return inner_.rank(); }
+    int size() const override { return inner_.size(); }
+    std::vector<std::byte> all_gather(const void* mine, std::size_t bytes) override {
+        ++gathers;
+        std::vector<std::byte> all = inner_.all_gather(mine, bytes);
+        if (gathers == 1 && short_by_ != 0) all.resize(all.size() - short_by_);
+        return all;
+    }
+    void close() override {
+        ++closes;
+        inner_.close();
+    }
+    int gathers = 0, closes = 0;
+
+private:
+    detail::lane_bootstrap& inner_;
+    std::size_t short_by_;
+};
+
+// Names this process has in /dev/shm ("chorus-<pid>-...").
+int own_shm_names() {
+    int k = 0;
+    DIR* d = ::opendir("/dev/shm");
+    if (d == nullptr) return 0;
+    while (const dirent* e = ::readdir(d)) {
+        int pid = 0;
+        if (std::sscanf(e->d_name, "chorus-%d-", &pid) == 1 && pid == int(::getpid())) ++k;
+    }
+    ::closedir(d);
+    return k;
+}
+
+} // namespace
+
+TEST_CASE("lane_process_world: allocate_registered fills freed gaps; free_registered refuses what it did not give") {
+    detail::lane_process_config cfg;
+    cfg.scratch_bytes = 4096;
+    cfg.registered_bytes = 1024;
+    detail::lane_process_world w(make_unique_id(), 0, 1, cfg);
+    auto* a = static_cast<std::byte*>(w.allocate_registered(256));
+    auto* b = static_cast<std::byte*>(w.allocate_registered(300)); // takes [256, 556), rounded to 512
+    auto* c = static_cast<std::byte*>(w.allocate_registered(256));
+    CHECK(b - a == 256);
+    CHECK(c - a == 768);
+    CHECK(w.registered_in_use_bytes() == 812);
+    w.free_registered(b);
+    CHECK(w.registered_in_use_bytes() == 512);
+    auto* d = static_cast<std::byte*>(w.allocate_registered(512)); // b's gap, exactly
+    CHECK(d == b);
+    w.free_registered(a);
+    CHECK(static_cast<std::byte*>(w.allocate_registered(10)) == a); // the first gap that fits
+    try {
+        (void)w.allocate_registered(1);
+        FAIL("no error");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::invalid_argument);
+        CHECK(contains(e.what(), "`bytes` 1 do not fit: 0 of lane_process_config::registered_bytes (1024)"));
+    }
+    for (const void* bad : {static_cast<const void*>(a + 1), static_cast<const void*>(nullptr),
+                            static_cast<const void*>(w.scratch())}) {
+        try {
+            w.free_registered(bad, "`buf`");
+            FAIL("no error");
+        } catch (const error& e) {
+            CHECK(e.code() == errc::invalid_argument);
+            CHECK(contains(e.what(), "free_registered: `buf` is not the start of a block"));
+        }
+    }
+    w.free_registered(d);
+    try {
+        w.free_registered(d); // twice
+        FAIL("no error");
+    } catch (const error& e) {
+        CHECK(contains(e.what(), "freed already"));
+    }
+    try {
+        (void)w.allocate_registered(0);
+        FAIL("no error");
+    } catch (const error& e) {
+        CHECK(contains(e.what(), "`bytes` is 0"));
+    }
+}
+
+TEST_CASE("lane_process_world: rank segments and the node segment come from their own providers") {
+    g_rank_calls = {};
+    g_node_calls = {};
+    detail::lane_process_config cfg;
+    cfg.scratch_bytes = 4096;
+    cfg.memory = counting_provider<&g_rank_calls>();
+    cfg.node_memory = counting_provider<&g_node_calls>();
+    cfg.knob_prefix = "my::options::";
+    {
+        detail::lane_process_world w(make_unique_id(), 0, 1, cfg);
+        CHECK(g_rank_calls.create == 1);
+        CHECK(g_node_calls.create == 1);
+        CHECK(g_rank_calls.unlink == 1); // every name goes once every rank mapped it
+        CHECK(g_node_calls.unlink == 1);
+        CHECK(g_rank_calls.open + g_node_calls.open == 0);
+        CHECK(w.node_mapping().base != nullptr);
+        CHECK(reinterpret_cast<std::byte*>(w.abort_word()) == w.node_mapping().base);
+        CHECK(w.world().abort == w.abort_word());
+        CHECK(w.world().faults == w.fault_records());
+        CHECK(w.areas().size() == 1);
+        CHECK(w.pid_of(0) == ::getpid());
+        try {
+            (void)w.allocate_registered(1); // registered_bytes 0: the error names the caller's knob
+            FAIL("no error");
+        } catch (const error& e) {
+            CHECK(contains(e.what(), "my::options::registered_bytes"));
+        }
+    }
+    CHECK(g_rank_calls.close == 1);
+    CHECK(g_node_calls.close == 1);
+    // A provider without every function is refused by name, before any rank is waited for.
+    detail::lane_process_config bad = cfg;
+    bad.node_memory.open = nullptr;
+    try {
+        detail::lane_process_world w(make_unique_id(), 0, 2, bad);
+        FAIL("no error");
+    } catch (const error& e) {
+        CHECK(e.code() == errc::invalid_argument);
+        CHECK(contains(e.what(), "`cfg.node_memory` lacks a function"));
+    }
+}
+
+TEST_CASE("lane_process_world over a caller's lane_bootstrap: two exchanges and a close; a bad one leaves nothing") {
+    SUBCASE("one rank") {
+        detail::file_lane_bootstrap file(make_unique_id(), 0, 1, std::chrono::milliseconds(5000));
+        counting_bootstrap boot(file);
+        detail::lane_process_config cfg;
+        cfg.scratch_bytes = 4096;
+        {
+            detail::lane_process_world w(boot, cfg);
+            CHECK(w.rank() == 0);
+            CHECK(w.size() == 1);
+            CHECK(w.peers_left()); // no peers
+        }
+        CHECK(boot.gathers == 2);
+        CHECK(boot.closes == 1);
+    }
+    SUBCASE("a bootstrap that returns too few bytes: errc::internal, no name left in /dev/shm") {
+        detail::file_lane_bootstrap file(make_unique_id(), 0, 1, std::chrono::milliseconds(5000));
+        counting_bootstrap boot(file, 8);
+        const int before = own_shm_names();
+        try {
+            detail::lane_process_world w(boot, detail::lane_process_config{});
+            FAIL("no error");
+        } catch (const error& e) {
+            CHECK(e.code() == errc::internal);
+            CHECK(contains(e.what(), "the bootstrap returned"));
+        }
+        CHECK(own_shm_names() == before);
+    }
+    SUBCASE("3 forked ranks: calls registered and staged, each rank's peers opened through the providers") {
+        const int n = 3;
+        const auto kids = fork_ranks(n, std::chrono::milliseconds(20000), [](int rank, const unique_id& id, int fd) {
+            shift_mappings(rank);
+            g_rank_calls = {};
+            g_node_calls = {};
+            detail::file_lane_bootstrap file(id, rank, n, std::chrono::milliseconds(10000));
+            counting_bootstrap boot(file);
+            detail::lane_process_config cfg = test_config(n);
+            cfg.memory = counting_provider<&g_rank_calls>();
+            cfg.node_memory = counting_provider<&g_node_calls>();
+            detail::lane_process_world w(boot, cfg);
+            if (boot.gathers != 2 || boot.closes != 1) say(fd, "FAIL bootstrap calls: " + std::to_string(boot.gathers));
+            if (g_rank_calls.create != 1 || g_rank_calls.open != n - 1)
+                say(fd, "FAIL rank segments: " + std::to_string(g_rank_calls.create) + " created, " +
+                            std::to_string(g_rank_calls.open) + " opened");
+            if (g_node_calls.create != (rank == 0 ? 1 : 0) || g_node_calls.open != (rank == 0 ? 0 : 1))
+                say(fd, "FAIL node segment: " + std::to_string(g_node_calls.create) + " created, " +
+                            std::to_string(g_node_calls.open) + " opened");
+            if (!addresses_differ(w, fd)) return 1;
+            rank_buffers b = make_buffers(w);
+            const named p{"ring<>", policy_of<ring<>>};
+            for (mem m : {mem::registered, mem::staged}) {
+                const std::string r = run_call(w, b, p, collective::all_reduce, max_count, m);
+                if (!r.empty()) say(fd, std::string("FAIL ") + mem_name(m) + ": " + r);
+            }
+            // Leaving: each rank sees the others leave (what the GPU layer
+            // waits for before it frees memory its peers map).
+            w.mark_left();
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (!w.peers_left() && std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            if (!w.peers_left()) say(fd, "FAIL peers_left() still false after 10 s");
+            say(fd, "done");
+            return 0;
+        });
+        check_children(kids);
+    }
+}

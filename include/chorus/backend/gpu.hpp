@@ -22,6 +22,16 @@
 //! timeout and stops when the abort word is set, so a missing rank makes
 //! the others fail, never hang.
 //!
+//! One process per GPU (make_communicator, backend/gpu_process.hpp): the
+//! same transport over a gpu_world holding one local rank of a process
+//! world (backend/lane_process.hpp) whose rank segments are CUDA IPC
+//! memory and whose node page (abort word, failure records) is POSIX
+//! shared memory registered for the device. A kernel reaches its peers'
+//! buffers through lane_peer_map translation; a call whose buffers are not
+//! in this rank's registered area (comm.alloc) is staged: `in` copied into
+//! the rank's shared scratch before the kernel, `out` copied back after
+//! it, on the call's stream (plan_staging).
+//!
 //! Include <chorus/gpu.hpp> from a CUDA translation unit (nvcc).
 
 #if !defined(__CUDACC__)
@@ -34,15 +44,18 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../async/future.hpp"
 #include "../core/communicator.hpp"
 #include "../core/env.hpp"
+#include "../core/element.hpp"
 #include "../core/error.hpp"
 #include "../core/log.hpp"
 #include "../exec/lane_env.hpp"
@@ -53,6 +66,7 @@
 #include "../ops/traits.hpp"
 #include "gpu_checks.hpp"
 #include "host_common.hpp"
+#include "lane_process.hpp"
 #include "transport.hpp"
 
 namespace chorus {
@@ -87,6 +101,14 @@ struct options {
     //! Ranks per (emulated) node for hierarchical<>: 0 takes
     //! CHORUS_RANKS_PER_NODE from the environment, else one node.
     int ranks_per_node = 0;
+    //! One process per GPU (make_communicator) only: the rank's registered
+    //! area, device memory its peers map, from which comm.alloc hands out
+    //! zero-copy buffers. 0: none (every call is staged). Every rank
+    //! passes the same value, and the same scratch_bytes.
+    std::size_t registered_bytes = 0;
+    //! One process per GPU only: how long each setup exchange waits for
+    //! the other processes (they may start seconds apart under mpirun).
+    std::chrono::milliseconds setup_timeout{60000};
 };
 
 } // namespace gpu
@@ -164,6 +186,25 @@ struct gpu_world {
     std::mutex m;
     std::string reason;
 
+    // One process per GPU (make_communicator): the vectors above have n
+    // entries, of which only this process's rank (`self`) is filled; its
+    // area and scratch live in proc's rank segment (CUDA IPC memory, not
+    // freed here), abort_word and faults in proc's node page (host
+    // pointers; the device uses the *_dev ones).
+    std::unique_ptr<lane_process_world> proc; //!< null: every rank in this process
+    int self = -1;
+    std::uint32_t* abort_dev = nullptr;  //!< the abort word as the device sees it
+    lane_fault* faults_dev = nullptr;    //!< the failure records as the device sees them
+    lane_peer_map* maps_dev = nullptr;   //!< [n], device memory: lane_world::maps
+    void* node_registered = nullptr;     //!< the node page, while cudaHostRegister'ed
+    std::chrono::milliseconds linger{0}; //!< how long destruction waits for the peers to leave
+
+    //! What a kernel of rank `r`'s device is given as its world.
+    lane_world device_world(int d) const {
+        if (!proc) return {table_for(d), abort_word, faults, n, nullptr};
+        return {table_for(d), abort_dev, faults_dev, n, maps_dev};
+    }
+
     int ranks_on_device(int d) const {
         int k = 0;
         for (int x : dev) k += x == d;
@@ -193,17 +234,34 @@ struct gpu_world {
             (void)cudaDeviceSynchronize();
         }
         for (int r = 0; r < n; ++r) {
-            if (r < int(dev.size())) (void)cudaSetDevice(dev[std::size_t(r)]);
+            if (r < int(dev.size()) && dev[std::size_t(r)] >= 0) (void)cudaSetDevice(dev[std::size_t(r)]);
             if (r < int(streams.size()) && streams[std::size_t(r)]) {
                 (void)cudaStreamSynchronize(streams[std::size_t(r)]);
                 (void)cudaStreamDestroy(streams[std::size_t(r)]);
             }
+            if (proc) continue; // the area and scratch are proc's
             if (r < int(areas.size()) && areas[std::size_t(r)]) (void)cudaFree(areas[std::size_t(r)]);
             if (r < int(scratch.size()) && scratch[std::size_t(r)]) (void)cudaFree(scratch[std::size_t(r)]);
         }
         for (auto* t : tables) (void)cudaFree(t);
-        if (abort_word) (void)cudaFreeHost(abort_word);
-        if (faults) (void)cudaFreeHost(faults);
+        if (proc) {
+            // A peer's kernel may still read this rank's flags to finish
+            // its last wait: free this rank's segment only once every peer
+            // has left (or died), or after the setup timeout.
+            proc->mark_left();
+            const auto until = std::chrono::steady_clock::now() + linger;
+            while (!proc->peers_left() && std::chrono::steady_clock::now() < until)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            if (maps_dev) (void)cudaFree(maps_dev);
+            if (node_registered) (void)cudaHostUnregister(node_registered);
+            // Marks this rank as left, stops the watcher, closes the IPC
+            // mappings and frees this rank's segment (on its device).
+            if (self >= 0 && self < int(dev.size())) (void)cudaSetDevice(dev[std::size_t(self)]);
+            proc.reset();
+        } else {
+            if (abort_word) (void)cudaFreeHost(abort_word);
+            if (faults) (void)cudaFreeHost(faults);
+        }
         (void)cudaSetDevice(prev);
     }
 };
@@ -238,6 +296,15 @@ public:
     //! calls it after its own setup line).
     void log_setup() const {
         const int me = device();
+        if (world_->proc) {
+            log_line(log_level::info, rank_, size(),
+                     "transport: one process per GPU: device %d; scratch %s and registered area %s per rank, "
+                     "shared by CUDA IPC (peers' memory opened with cudaIpcOpenMemHandle, pointers translated); "
+                     "abort word and failure records in host shared memory mapped for the device; buffers outside "
+                     "the registered area are staged through the scratch",
+                     me, bytes_text(world_->scratch_bytes).text, bytes_text(world_->proc->registered_bytes()).text);
+            return;
+        }
         std::vector<int> same, other;
         for (int q = 0; q < size(); ++q)
             if (q != rank_) (world_->dev[std::size_t(q)] == me ? same : other).push_back(q);
@@ -274,6 +341,10 @@ public:
     //! work it depends on has finished: synchronize the stream first).
     void check() const {
         const lane_fault& f = world_->faults[std::size_t(rank_)];
+        // One process per GPU: a peer process that died (the watcher set
+        // the abort word) is reported as such, naming it.
+        if (world_->proc && (f.code != 0 || world_->aborted()))
+            if (auto e = world_->proc->failure(); e && e->code() == errc::peer_failed) throw *e;
         if (f.code != 0) {
             std::string why;
             {
@@ -307,10 +378,119 @@ public:
     //! run everything enqueued so far, and reports this rank's faults.
     future completion(void* stream) const;
 
+    //! One process per GPU: `bytes` of the rank's registered area (device
+    //! memory peers map: zero-copy), and its release. `fn` names the
+    //! caller in errors.
+    void* alloc_registered(std::uint64_t bytes, const std::string& fn) const {
+        require_process(fn);
+        try {
+            return world_->proc->allocate_registered(bytes);
+        } catch (const error& e) {
+            throw error(e.code(), fn + ": " + e.what());
+        }
+    }
+    void free_registered(const void* p, const std::string& fn, const char* arg) const {
+        require_process(fn);
+        try {
+            world_->proc->free_registered(p, std::string("`") + arg + "`");
+        } catch (const error& e) {
+            throw error(e.code(), fn + ": " + e.what());
+        }
+    }
+    //! True for a communicator of make_communicator (one process per GPU).
+    bool one_process_per_gpu() const noexcept { return world_->proc != nullptr; }
+
 private:
+    void require_process(const std::string& fn) const {
+        if (!world_->proc)
+            throw error(errc::invalid_argument,
+                        fn + ": this communicator was made by gpu::make_communicators (every rank in this process "
+                             "reads the others' device memory directly: pass any cudaMalloc memory); registered "
+                             "memory is for gpu::make_communicator (one process per GPU)");
+    }
+    //! One process per GPU: where this call's `in` and `out` run (the
+    //! user's when peers can reach them, else copies in the shared
+    //! scratch) and where the schedule's scratch starts; what to copy
+    //! before the kernel (copy_in_bytes from copy_in_src to copy_in_dst)
+    //! and after it (copy_back_bytes from run_out to the user's `out`).
+    struct staged {
+        const void* run_in;
+        void* run_out;
+        void* schedule_scratch;
+        const void* copy_in_src = nullptr;
+        void* copy_in_dst = nullptr;
+        std::uint64_t copy_in_bytes = 0;
+        std::uint64_t copy_back_bytes = 0;
+    };
+    //! The staging plan of one call (nothing is copied yet). Throws
+    //! errc::invalid_argument when the scratch is too small.
+    staged stage(const call& c, std::uint64_t elem_bytes, std::uint64_t schedule_scratch_elems) const;
+
     std::shared_ptr<gpu_world> world_;
     int rank_ = 0;
 };
+
+inline gpu_transport::staged gpu_transport::stage(const call& c, std::uint64_t eb,
+                                                  std::uint64_t sched_elems) const {
+    const collective coll = c.coll;
+    std::byte* const scratch = static_cast<std::byte*>(world_->scratch[std::size_t(rank_)]);
+    staged r{c.in, c.out, scratch};
+    lane_process_world& pw = *world_->proc;
+    const std::uint64_t n = std::uint64_t(size());
+    const std::uint64_t in_len = coll == collective::reduce_scatter ? c.count * n : c.count;
+    const std::uint64_t out_len = c.out == nullptr ? 0 : coll == collective::all_gather ? c.count * n : c.count;
+    const bool in_ok = c.in == nullptr || pw.reachable(c.in, in_len * eb);
+    const bool out_ok = c.out == nullptr || pw.reachable(c.out, out_len * eb);
+    const std::string knob = "gpu::options::scratch_bytes";
+    if (is_exchange(coll) && c.count != 0 && !((c.in == nullptr || pw.reachable(c.in, 1)) &&
+                                               (c.out == nullptr || pw.reachable(c.out, 1))))
+        throw error(errc::invalid_argument,
+                    std::string("chorus::") + collective_name(coll) + ": with one process per GPU this collective "
+                        "runs only on buffers from comm.alloc (it is not staged)");
+    // (An exchange's extents are its counts': the kernel refuses any
+    // part of them outside what its peers mapped, status::unreachable.)
+    if (c.count == 0 || is_exchange(coll) || (in_ok && out_ok)) {
+        if (sched_elems * eb > world_->scratch_bytes)
+            throw error(errc::invalid_argument,
+                        std::string("chorus::") + collective_name(coll) + ": this call needs " +
+                            std::to_string(sched_elems * eb) + " bytes of scratch per rank but the communicator was "
+                            "made with " + std::to_string(world_->scratch_bytes) + " (" + knob + ")");
+        return r; // zero-copy (nothing moves at count 0)
+    }
+    if (c.args.in_place) {
+        // One buffer laid out as the user's, so the call stays in place
+        // and runs the schedule already chosen for it.
+        const auto* in = static_cast<const std::byte*>(c.in);
+        const auto* out = static_cast<const std::byte*>(c.out);
+        const std::byte* lo = std::min(in, out);
+        const std::byte* hi = std::max(in + in_len * eb, out + out_len * eb);
+        const std::uint64_t elems = std::uint64_t(hi - lo) / eb;
+        const lane_staging_plan p = plan_staging(sched_elems, elems, elems, eb, true, world_->scratch_bytes, knob);
+        std::byte* base = scratch + p.in_offset_bytes;
+        r.copy_in_src = lo;
+        r.copy_in_dst = base;
+        r.copy_in_bytes = std::uint64_t(hi - lo);
+        r.run_in = base + (in - lo);
+        r.run_out = base + (out - lo);
+        r.schedule_scratch = scratch + p.schedule_offset_bytes;
+        r.copy_back_bytes = out_len * eb;
+        return r;
+    }
+    const lane_staging_plan p =
+        plan_staging(sched_elems, in_ok ? 0 : in_len, out_ok ? 0 : out_len, eb, false, world_->scratch_bytes, knob);
+    if (!in_ok) {
+        r.run_in = scratch + p.in_offset_bytes;
+        r.copy_in_src = c.in;
+        r.copy_in_dst = scratch + p.in_offset_bytes;
+        r.copy_in_bytes = in_len * eb;
+    }
+    if (!out_ok) {
+        r.run_out = scratch + p.out_offset_bytes;
+        r.copy_back_bytes = out_len * eb;
+    }
+    r.schedule_scratch = scratch + p.schedule_offset_bytes;
+    return r;
+}
 
 template <class T, class Op, class Schedules>
 void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* stream_handle) {
@@ -321,17 +501,27 @@ void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* str
     const auto& sch = s.mine();
     lane_launch<T, Op, std::remove_cvref_t<decltype(sch)>> L{};
     L.sch = sch;
-    L.world = {world_->table_for(dev), world_->abort_word, world_->faults, size()};
+    L.world = world_->device_world(dev);
     L.rank = rank_;
     L.in = static_cast<const T*>(c.in);
     L.out = static_cast<T*>(c.out);
-    const std::uint64_t need = sch.scratch_elems() * sizeof(T);
-    if (need > world_->scratch_bytes)
-        throw error(errc::invalid_argument,
-                    std::string("chorus::") + collective_name(coll) + ": this call needs " + std::to_string(need) +
-                        " bytes of scratch per rank but the communicators were made with " +
-                        std::to_string(world_->scratch_bytes) + " (gpu::options::scratch_bytes)");
-    L.scratch = static_cast<T*>(world_->scratch[std::size_t(rank_)]);
+    staged stg{c.in, c.out, world_->scratch[std::size_t(rank_)]};
+    if (world_->proc) {
+        // One process per GPU: peers reach only this rank's registered
+        // area and scratch; anything else is staged (copied just before
+        // the launch below, once every check passed).
+        stg = stage(c, sizeof(T), sch.scratch_elems());
+        L.in = static_cast<const T*>(stg.run_in);
+        L.out = static_cast<T*>(stg.run_out);
+    } else {
+        const std::uint64_t need = sch.scratch_elems() * sizeof(T);
+        if (need > world_->scratch_bytes)
+            throw error(errc::invalid_argument,
+                        std::string("chorus::") + collective_name(coll) + ": this call needs " + std::to_string(need) +
+                            " bytes of scratch per rank but the communicators were made with " +
+                            std::to_string(world_->scratch_bytes) + " (gpu::options::scratch_bytes)");
+    }
+    L.scratch = static_cast<T*>(stg.schedule_scratch);
     // What ranks compare: a barrier runs (and names) the direct<> schedule.
     const policy& p = coll == collective::barrier ? c.planned : c.pol;
     L.sig = {};
@@ -346,6 +536,9 @@ void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* str
     L.op.set(op);
     // The blocks of every rank on this device spin on each other: all of
     // them must be resident at once, or the collective could only time out.
+    // (One process per GPU counts this process's rank only: kernels of
+    // other processes on the same device share it by time slicing, or
+    // side by side under MPS.)
     const int blocks = world_->ranks_on_device(dev) * sch.channels();
     const int resident = resident_blocks(collective_kernel<T, Op>, dev);
     if (blocks > resident)
@@ -355,8 +548,15 @@ void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* str
                         " x " + std::to_string(sch.channels()) + " channel(s) need " + std::to_string(blocks) +
                         " resident thread blocks, but the device holds " + std::to_string(resident) +
                         " of this kernel at once; use fewer channels (Algo's params) or fewer ranks per device");
+    if (stg.copy_in_bytes != 0)
+        cuda_check(cudaMemcpyAsync(stg.copy_in_dst, stg.copy_in_src, std::size_t(stg.copy_in_bytes),
+                                   cudaMemcpyDefault, st),
+                   "cudaMemcpyAsync (staging a call's `in` through the shared scratch)");
     collective_kernel<T, Op><<<sch.channels(), collective_block_threads, 0, st>>>(L);
     cuda_check(cudaGetLastError(), "launching the collective kernel");
+    if (stg.copy_back_bytes != 0)
+        cuda_check(cudaMemcpyAsync(c.out, stg.run_out, std::size_t(stg.copy_back_bytes), cudaMemcpyDefault, st),
+                   "cudaMemcpyAsync (copying a staged call's `out` back)");
 }
 
 inline future gpu_transport::completion(void* stream_handle) const {
@@ -412,6 +612,34 @@ public:
     //! Throws if a collective of this rank has failed (after the stream
     //! work it depends on has finished: synchronize the stream first).
     void check() const { t().check(); }
+
+    //! One process per GPU (gpu::make_communicator) only: `count`
+    //! elements of T in this rank's registered area (device memory of its
+    //! device that every peer process has mapped, like ncclMemAlloc),
+    //! zero-filled when the communicator was made, 256-byte aligned. A
+    //! collective whose buffers lie in it runs zero-copy; any other
+    //! device buffer is staged through the shared scratch. Not collective.
+    //! Errors (errc::invalid_argument): `count` 0 or overflowing, no gap
+    //! of gpu::options::registered_bytes that large, or a communicator of
+    //! make_communicators. Named as communicator<mpi>::alloc.
+    template <element T>
+    std::span<T> alloc(std::size_t count) const {
+        const std::string fn = "chorus::gpu::communicator::alloc<T>";
+        if (count == 0) throw error(errc::invalid_argument, fn + ": `count` is 0");
+        if (count > std::numeric_limits<std::uint64_t>::max() / sizeof(T))
+            throw error(errc::invalid_argument, fn + ": `count` = " + std::to_string(count) + " elements of " +
+                                                    std::to_string(sizeof(T)) + " bytes overflow the size");
+        void* p = t().alloc_registered(std::uint64_t(count) * sizeof(T), fn);
+        return std::span<T>(static_cast<T*>(p), count);
+    }
+    //! Returns a buffer from alloc (the span, or its start) to the
+    //! registered area. Not collective, but no collective of any rank may
+    //! still use it (synchronize first). Anything else: errc::invalid_argument.
+    template <class T>
+    void free(std::span<T> buf) const {
+        t().free_registered(buf.data(), "chorus::gpu::communicator::free", "buf");
+    }
+    void free(const void* p) const { t().free_registered(p, "chorus::gpu::communicator::free", "p"); }
 
 private:
     const detail::gpu_transport& t() const { return static_cast<const Comm&>(*this).transport(); }

@@ -6,11 +6,18 @@
 //! staged through shared scratch. Host code only (no CUDA, no MPI).
 //!
 //! Memory. Every segment comes from a lane_memory_provider (a struct of
-//! four functions: create, open, unlink, close); posix_shm_provider() is
-//! POSIX shared memory (backend/shm.hpp). The GPU multi-process backend is
-//! meant to supply CUDA IPC memory for the rank segments instead and to
-//! register the node segment with cudaHostRegister(...,
-//! cudaHostRegisterMapped); nothing else here changes.
+//! four functions: create, open, unlink, close), the node segment from
+//! lane_process_config::node_memory and the rank segments from
+//! lane_process_config::memory; posix_shm_provider() is POSIX shared
+//! memory (backend/shm.hpp) and the default of both. The node segment is
+//! read and written by the host here (the watcher, abort(), failure()), so
+//! its provider must give host memory; a rank segment is never touched by
+//! the host here (only addresses are computed in it), so its provider may
+//! give device memory: the GPU backend for one process per GPU
+//! (backend/gpu_process.hpp) gives CUDA IPC memory, zero-filled with
+//! cudaMemset, and registers the node segment with cudaHostRegister(...,
+//! cudaHostRegisterMapped) for its kernels. A provider's create zero-fills
+//! by whatever means its memory needs; nothing here calls memset on it.
 //!
 //!   node segment (created by rank 0):
 //!     [0, 128)                 abort word (std::uint32_t; lane_world::abort)
@@ -28,9 +35,14 @@
 //!
 //! Setup. Each rank creates its segment (rank 0 also the node segment),
 //! the ranks all_gather one fixed-size record each (segment names, the
-//! address each segment has in its creator, sizes, process id) through
-//! detail::file_bootstrap, every rank maps every peer's segment wherever
-//! mmap puts it, a second exchange says that every rank has mapped
+//! address each segment has in its creator, sizes, rank count, host name,
+//! process id) through a lane_bootstrap (two calls: all_gather of
+//! fixed-size bytes, and close): file_lane_bootstrap over
+//! detail::file_bootstrap when the world is made from a unique_id, or one
+//! over MPI_Allgather (backend/mpi_bootstrap.hpp, MPI builds only), every
+//! rank maps every peer's segment wherever
+//! its provider puts it (every rank must run on one host: checked), a
+//! second exchange says that every rank has mapped
 //! everything, and each creator unlinks its names (nothing stays in
 //! /dev/shm; a job killed before that leaves names that the next creator
 //! sweeps, see shm_segment::sweep_stale_segments). Each rank then holds
@@ -154,8 +166,10 @@ struct lane_mapping {
 
 //! Where the process world's memory comes from (see the file comment).
 struct lane_memory_provider {
-    //! A new zero-filled segment of `bytes`, mapped; `name` gets what peers
-    //! pass to open. Errors name `knob`, what sets the size.
+    //! A new segment of `bytes`, zero-filled (by whatever means the memory
+    //! needs: cudaMemset for device memory), mapped; `name` gets what peers
+    //! pass to open (any 64 bytes: a CUDA IPC handle is one). Errors name
+    //! `knob`, what sets the size.
     lane_mapping (*create)(std::size_t bytes, lane_segment_name& name, const std::string& knob) = nullptr;
     //! Maps a segment a peer created.
     lane_mapping (*open)(const lane_segment_name& name, std::size_t bytes) = nullptr;
@@ -191,6 +205,40 @@ inline lane_memory_provider posix_shm_provider() {
     return p;
 }
 
+// --- bootstrap --------------------------------------------------------------
+
+//! How the ranks of a process world exchange their records while it is
+//! made: two collective calls, made by every rank in the same order.
+//! file_lane_bootstrap (a unique_id) and mpi_lane_bootstrap (an MPI_Comm,
+//! backend/mpi_bootstrap.hpp) implement it; a test can too.
+class lane_bootstrap {
+public:
+    virtual ~lane_bootstrap() = default;
+    virtual int rank() const = 0;
+    virtual int size() const = 0;
+    //! Every rank's `bytes` bytes at `mine`, rank after rank (every rank
+    //! gives the same number of bytes). Throws chorus::error.
+    virtual std::vector<std::byte> all_gather(const void* mine, std::size_t bytes) = 0;
+    //! The last call: a barrier, after which the bootstrap holds nothing.
+    virtual void close() = 0;
+};
+
+//! lane_bootstrap over detail::file_bootstrap: ranks meet at a unique_id.
+class file_lane_bootstrap final : public lane_bootstrap {
+public:
+    file_lane_bootstrap(const unique_id& id, int rank, int size, std::chrono::milliseconds timeout)
+        : b_(id, rank, size, timeout) {}
+    int rank() const override { return b_.rank(); }
+    int size() const override { return b_.size(); }
+    std::vector<std::byte> all_gather(const void* mine, std::size_t bytes) override {
+        return b_.all_gather(mine, bytes);
+    }
+    void close() override { b_.close(); }
+
+private:
+    file_bootstrap b_;
+};
+
 // --- liveness ---------------------------------------------------------------
 
 //! True when process `pid` no longer runs: gone, or a zombie its parent
@@ -217,7 +265,13 @@ struct lane_process_config {
     std::uint64_t registered_bytes = 0;                   //!< per rank: room for allocate_registered
     std::chrono::milliseconds setup_timeout{10000};       //!< each bootstrap exchange
     std::chrono::milliseconds watch_period{2};            //!< how often the watcher looks at the peers
-    lane_memory_provider memory = posix_shm_provider();
+    lane_memory_provider memory = posix_shm_provider();   //!< the rank segments (host or device memory)
+    lane_memory_provider node_memory = posix_shm_provider(); //!< the node segment (host memory)
+    //! How errors name the sizes above: "<knob_prefix>scratch_bytes" (the
+    //! GPU backend passes "gpu::options::").
+    std::string knob_prefix = "lane_process_config::";
+    //! How errors name the rank count the caller passed.
+    std::string size_name = "size";
 };
 
 //! The node segment's fixed part (see the file comment).
@@ -235,14 +289,15 @@ public:
     //! Joins the world of `size` ranks that meet at `id`, as rank `rank`.
     //! Collective: every rank constructs one with the same config sizes.
     lane_process_world(const unique_id& id, int rank, int size, const lane_process_config& cfg = {})
-        : cfg_(cfg), rank_(rank), n_(size) {
-        if (size < 1 || size > max_lane_ranks)
-            throw error(errc::invalid_argument, "chorus::lane_process: `size` is " + std::to_string(size) +
-                                                    "; a lane world has 1.." + std::to_string(max_lane_ranks) +
-                                                    " ranks");
-        if (cfg.memory.create == nullptr || cfg.memory.open == nullptr || cfg.memory.unlink == nullptr ||
-            cfg.memory.close == nullptr)
-            throw error(errc::invalid_argument, "chorus::lane_process: `cfg.memory` lacks a function");
+        : lane_process_world(*file_boot(id, rank, size, cfg), cfg) {}
+
+    //! Joins the world of boot.size() ranks as rank boot.rank(), trading
+    //! the records through `boot` (closed when this returns). Collective:
+    //! every rank constructs one with the same config sizes.
+    lane_process_world(lane_bootstrap& boot, const lane_process_config& cfg)
+        : cfg_(cfg), rank_(boot.rank()), n_(boot.size()) {
+        const int rank = rank_, size = n_;
+        check_args(size, cfg);
         area_bytes_ = round_up(sizeof(lane_rank_area), 4096);
         scratch_offset_ = area_bytes_;
         registered_offset_ = round_up(scratch_offset_ + cfg.scratch_bytes, 4096);
@@ -252,32 +307,48 @@ public:
         maps_.assign(std::size_t(size), lane_peer_map{});
         table_.assign(std::size_t(size), nullptr);
         segs_.assign(std::size_t(size), lane_mapping{});
-        file_bootstrap boot(id, rank, size, cfg.setup_timeout);
         record mine{};
-        bool named = false; // this rank's names exist in /dev/shm
+        bool named = false; // this rank's names exist (in /dev/shm, for POSIX shared memory)
         try {
-            segs_[std::size_t(rank)] = cfg.memory.create(std::size_t(segment_bytes_), mine.own,
-                                                         "lane_process_config::scratch_bytes and registered_bytes");
+            segs_[std::size_t(rank)] =
+                cfg.memory.create(std::size_t(segment_bytes_), mine.own,
+                                  cfg.knob_prefix + "scratch_bytes and " + cfg.knob_prefix + "registered_bytes");
             named = true;
-            if (rank == 0) node_ = cfg.memory.create(std::size_t(node_bytes_), mine.node, "the rank count");
+            if (rank == 0) node_ = cfg.node_memory.create(std::size_t(node_bytes_), mine.node, "the rank count");
             mine.own_base = reinterpret_cast<std::uint64_t>(segs_[std::size_t(rank)].base);
             mine.scratch_bytes = cfg.scratch_bytes;
             mine.registered_bytes = cfg.registered_bytes;
             mine.pid = getpid();
+            mine.size = size;
+            gethostname(mine.host, sizeof mine.host - 1);
             const std::vector<std::byte> all = boot.all_gather(&mine, sizeof mine);
+            if (all.size() != sizeof(record) * std::size_t(size))
+                throw error(errc::internal, "chorus::lane_process: the bootstrap returned " +
+                                                std::to_string(all.size()) + " bytes for " + std::to_string(size) +
+                                                " records");
             recs_.resize(std::size_t(size));
             std::memcpy(recs_.data(), all.data(), sizeof(record) * std::size_t(size));
             for (int r = 0; r < size; ++r) {
                 const record& o = recs_[std::size_t(r)];
+                if (o.size != size)
+                    throw error(errc::mismatch, "chorus::lane_process: rank " + std::to_string(r) +
+                                                    " joined a world of " + std::to_string(o.size) +
+                                                    " ranks, this rank one of " + std::to_string(size) +
+                                                    " (every rank passes the same `" + cfg.size_name + "`)");
                 if (o.scratch_bytes != cfg.scratch_bytes || o.registered_bytes != cfg.registered_bytes)
                     throw error(errc::mismatch,
-                                "chorus::lane_process: rank " + std::to_string(r) + " has scratch_bytes " +
-                                    std::to_string(o.scratch_bytes) + " and registered_bytes " +
+                                "chorus::lane_process: rank " + std::to_string(r) + " has " + cfg.knob_prefix +
+                                    "scratch_bytes " + std::to_string(o.scratch_bytes) + " and registered_bytes " +
                                     std::to_string(o.registered_bytes) + ", this rank " +
                                     std::to_string(cfg.scratch_bytes) + " and " +
                                     std::to_string(cfg.registered_bytes) + " (every rank passes the same)");
+                if (std::strncmp(o.host, mine.host, sizeof mine.host) != 0)
+                    throw error(errc::unavailable, "chorus::lane_process: rank " + std::to_string(r) +
+                                                       " runs on host '" + std::string(o.host, strnlen(o.host, sizeof o.host)) +
+                                                       "', this rank on '" + mine.host +
+                                                       "'; a process world spans the processes of one node");
             }
-            if (rank != 0) node_ = cfg.memory.open(recs_[0].node, std::size_t(node_bytes_));
+            if (rank != 0) node_ = cfg.node_memory.open(recs_[0].node, std::size_t(node_bytes_));
             for (int r = 0; r < size; ++r)
                 if (r != rank)
                     segs_[std::size_t(r)] = cfg.memory.open(recs_[std::size_t(r)].own, std::size_t(segment_bytes_));
@@ -309,7 +380,7 @@ public:
     //! Marks this rank as left (its peers' watchers then never take its
     //! exit for a death), stops the watcher, unmaps everything.
     ~lane_process_world() {
-        std::atomic_ref<std::uint8_t>(header()->left[rank_]).store(1, std::memory_order_seq_cst);
+        mark_left();
         {
             std::lock_guard<std::mutex> g(mu_);
             stop_ = true;
@@ -322,32 +393,93 @@ public:
     int rank() const noexcept { return rank_; }
     int size() const noexcept { return n_; }
 
+    //! Marks this rank as having left the world (its peers' watchers then
+    //! never take its exit for a death); it issues nothing more. The
+    //! destructor does it; a layer whose memory must outlive the peers'
+    //! use of it (CUDA IPC: freeing the exporter's memory while peers map
+    //! it is not safe) calls it first and waits for peers_left().
+    void mark_left() noexcept {
+        std::atomic_ref<std::uint8_t>(header()->left[rank_]).store(1, std::memory_order_seq_cst);
+    }
+    //! True when every peer has left the world or its process is gone.
+    bool peers_left() const noexcept {
+        for (int r = 0; r < n_; ++r) {
+            if (r == rank_ || std::atomic_ref<std::uint8_t>(header()->left[r]).load(std::memory_order_seq_cst))
+                continue;
+            const int pid = int(std::atomic_ref<std::int64_t>(header()->pid[r]).load(std::memory_order_acquire));
+            if (pid == 0 || !process_gone(pid)) return false;
+        }
+        return true;
+    }
+
     //! What the lane executor of this process receives.
     lane_world world() const {
         return {table_.data(), &header()->abort, faults(), n_, n_ > 1 ? maps_.data() : nullptr};
     }
     //! This process's map of each peer (own entry empty).
     const std::vector<lane_peer_map>& maps() const noexcept { return maps_; }
+    //! Every rank's lane_rank_area as this process maps it (rank segment
+    //! memory: device memory where the provider gives that).
+    const std::vector<lane_rank_area*>& areas() const noexcept { return table_; }
+    //! The node segment (host memory) as this process maps it.
+    const lane_mapping& node_mapping() const noexcept { return node_; }
+    //! The abort word and the failure records [size()], in the node segment.
+    std::uint32_t* abort_word() const noexcept { return &header()->abort; }
+    lane_fault* fault_records() const noexcept { return faults(); }
+    //! The process id of rank `r` (as it wrote it in the node segment).
+    std::int64_t pid_of(int r) const noexcept { return header()->pid[r]; }
 
     //! This rank's shared scratch (peers can read it).
     std::byte* scratch() const noexcept { return own() + scratch_offset_; }
     std::uint64_t scratch_bytes() const noexcept { return cfg_.scratch_bytes; }
 
-    //! `bytes` of this rank's registered memory (peers can read it),
-    //! aligned to 256 bytes; never freed before the world is. Throws
-    //! errc::invalid_argument when registered_bytes has no room left.
+    //! `bytes` (> 0) of this rank's registered memory (peers can read it),
+    //! aligned to 256 bytes: the first gap that fits among the blocks not
+    //! freed. Throws errc::invalid_argument naming the knob when no gap of
+    //! registered_bytes fits (or `bytes` is 0).
     void* allocate_registered(std::uint64_t bytes) {
-        const std::uint64_t at = round_up(registered_used_, lane_stage_align_bytes);
-        if (at > cfg_.registered_bytes || bytes > cfg_.registered_bytes - at) {
-            const std::uint64_t left = cfg_.registered_bytes - std::min(at, cfg_.registered_bytes);
-            throw error(errc::invalid_argument, "chorus::lane_process: allocate_registered: `bytes` " +
-                                                    std::to_string(bytes) + " do not fit: " + std::to_string(left) +
-                                                    " of lane_process_config::registered_bytes (" +
-                                                    std::to_string(cfg_.registered_bytes) + ") are left; raise it");
+        const std::string head = "chorus::lane_process: allocate_registered: `bytes` ";
+        if (bytes == 0) throw error(errc::invalid_argument, head + "is 0");
+        const std::uint64_t cap = cfg_.registered_bytes;
+        std::uint64_t at = 0, used = 0;
+        std::size_t i = 0;
+        for (;; ++i) {
+            const std::uint64_t end = i < blocks_.size() ? blocks_[i].offset : cap;
+            if (at <= end && bytes <= end - at) break;
+            if (i == blocks_.size()) {
+                for (const block& k : blocks_) used += round_up(k.bytes, lane_stage_align_bytes);
+                throw error(errc::invalid_argument,
+                            head + std::to_string(bytes) + " do not fit: " + std::to_string(cap - std::min(used, cap)) +
+                                " of " + cfg_.knob_prefix + "registered_bytes (" + std::to_string(cap) +
+                                ") are free, in no gap that large; raise it");
+            }
+            at = round_up(blocks_[i].offset + blocks_[i].bytes, lane_stage_align_bytes);
         }
-        registered_used_ = at + bytes;
+        blocks_.insert(blocks_.begin() + std::ptrdiff_t(i), block{at, bytes});
         return own() + registered_offset_ + at;
     }
+    //! Returns a block allocate_registered gave (its start) for reuse; no
+    //! collective of any rank may still use it. Anything else (a null
+    //! pointer included): errc::invalid_argument naming `what`.
+    void free_registered(const void* p, const std::string& what = "`p`") {
+        const auto a = reinterpret_cast<std::uint64_t>(p);
+        const auto base = reinterpret_cast<std::uint64_t>(own()) + registered_offset_;
+        for (std::size_t i = 0; i < blocks_.size(); ++i)
+            if (p != nullptr && a >= base && a - base == blocks_[i].offset) {
+                blocks_.erase(blocks_.begin() + std::ptrdiff_t(i));
+                return;
+            }
+        throw error(errc::invalid_argument, "chorus::lane_process: free_registered: " + what +
+                                                " is not the start of a block this rank's allocate_registered gave "
+                                                "(or it was freed already)");
+    }
+    //! Bytes of registered memory in blocks not freed.
+    std::uint64_t registered_in_use_bytes() const noexcept {
+        std::uint64_t u = 0;
+        for (const block& k : blocks_) u += k.bytes;
+        return u;
+    }
+    std::uint64_t registered_bytes() const noexcept { return cfg_.registered_bytes; }
 
     //! Whether peers can read [p, p + bytes): it lies in this rank's
     //! scratch or registered memory. A call whose in or out cannot be read
@@ -396,7 +528,29 @@ private:
         std::uint64_t own_base; //!< the segment's address in its creator
         std::uint64_t scratch_bytes, registered_bytes;
         std::int64_t pid;
+        std::int32_t size;  //!< the rank count this rank was given
+        char host[64];      //!< gethostname
     };
+
+    //! What the constructors check before anything is made.
+    static void check_args(int size, const lane_process_config& cfg) {
+        if (size < 1 || size > max_lane_ranks)
+            throw error(errc::invalid_argument, "chorus::lane_process: `size` is " + std::to_string(size) +
+                                                    "; a lane world has 1.." + std::to_string(max_lane_ranks) +
+                                                    " ranks");
+        for (const lane_memory_provider* m : {&cfg.memory, &cfg.node_memory})
+            if (m->create == nullptr || m->open == nullptr || m->unlink == nullptr || m->close == nullptr)
+                throw error(errc::invalid_argument, std::string("chorus::lane_process: `cfg.") +
+                                                        (m == &cfg.memory ? "memory" : "node_memory") +
+                                                        "` lacks a function");
+    }
+    //! The file bootstrap of a world made from a unique_id (its arguments
+    //! checked first: a bad `size` must not wait for ranks that never come).
+    static std::unique_ptr<lane_bootstrap> file_boot(const unique_id& id, int rank, int size,
+                                                     const lane_process_config& cfg) {
+        check_args(size, cfg);
+        return std::make_unique<file_lane_bootstrap>(id, rank, size, cfg.setup_timeout);
+    }
 
     static std::uint64_t round_up(std::uint64_t v, std::uint64_t a) { return (v + a - 1) / a * a; }
     std::byte* own() const noexcept { return segs_[std::size_t(rank_)].base; }
@@ -406,14 +560,14 @@ private:
     void unlink_own(const record& mine) noexcept {
         try {
             cfg_.memory.unlink(mine.own);
-            if (rank_ == 0 && mine.node.text[0] != '\0') cfg_.memory.unlink(mine.node);
+            if (rank_ == 0 && node_.base != nullptr) cfg_.node_memory.unlink(mine.node);
         } catch (...) {
         }
     }
     void release() noexcept {
         for (lane_mapping& m : segs_)
             if (m.base != nullptr) cfg_.memory.close(m);
-        if (node_.base != nullptr) cfg_.memory.close(node_);
+        if (node_.base != nullptr) cfg_.node_memory.close(node_);
     }
 
     //! The watcher thread: a peer gone without having left is dead.
@@ -441,7 +595,10 @@ private:
     int rank_ = 0, n_ = 1;
     std::uint64_t area_bytes_ = 0, scratch_offset_ = 0, registered_offset_ = 0, segment_bytes_ = 0;
     std::uint64_t faults_offset_ = 0, node_bytes_ = 0;
-    std::uint64_t registered_used_ = 0;
+    struct block {
+        std::uint64_t offset, bytes; //!< in the registered area
+    };
+    std::vector<block> blocks_; //!< allocate_registered's blocks not freed, by offset
     std::vector<record> recs_;
     std::vector<lane_mapping> segs_; //!< [n]: every rank's segment as this process maps it
     lane_mapping node_{};
