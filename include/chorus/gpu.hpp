@@ -10,5 +10,4 @@
 
 #include "chorus.hpp"
 #include "comm/make_communicators.hpp"
-#include "backend/gpu_process.hpp"
 #include "collectives/gpu_stream.hpp"

@@ -1,7 +1,8 @@
 #pragma once
 //! \file backend/gpu_process.hpp
 //! The GPU backend with one process per GPU (or several processes sharing
-//! one GPU): gpu::make_communicator. A communicator<gpu::device> whose
+//! one GPU): what gpu::make_communicator (comm/make_communicators.hpp)
+//! builds. A communicator<gpu::device> whose
 //! gpu_world holds one local rank of a process world
 //! (backend/lane_process.hpp), made of:
 //!
@@ -212,29 +213,4 @@ inline void check_process_args(int rank, int nranks, int device, const std::stri
 
 } // namespace detail
 
-namespace gpu {
-
-//! One process per GPU, as ncclCommInitRank: rank `rank` of `nranks`
-//! processes of one node, which meet at `id` (one process makes it with
-//! chorus::make_unique_id and hands it to the others), running on CUDA
-//! device `device` of this process. Collective: every rank calls it with
-//! the same `nranks`, scratch_bytes and registered_bytes. Errors:
-//! errc::invalid_argument naming `rank`, `nranks` or `device`;
-//! errc::unavailable without a CUDA device, or for processes on different
-//! hosts; errc::mismatch when ranks pass different sizes; errc::timeout or
-//! errc::peer_failed when a rank does not come (opt.setup_timeout).
-inline communicator make_communicator(const unique_id& id, int rank, int nranks, int device,
-                                      const options& opt = {}) {
-    const std::string fn = "chorus::gpu::make_communicator";
-    detail::check_process_args(rank, nranks, device, fn);
-    std::unique_ptr<detail::file_lane_bootstrap> boot;
-    try {
-        boot = std::make_unique<detail::file_lane_bootstrap>(id, rank, nranks, opt.setup_timeout);
-    } catch (const error& e) {
-        throw error(e.code(), fn + ": " + e.what());
-    }
-    return communicator(detail::make_gpu_process_world(*boot, device, opt, fn), rank);
-}
-
-} // namespace gpu
 } // namespace chorus
