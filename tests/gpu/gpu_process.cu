@@ -27,6 +27,8 @@
 
 #include <chorus/gpu_mpi.hpp>
 
+#include "../expected_sum.hpp"
+
 #include <cuda_runtime.h>
 
 #include <chrono>
@@ -171,19 +173,7 @@ void run_call(chorus::gpu::communicator& comm, buffers& b, const char* algo, cho
     cuda_ok(cudaMemcpy(host.data(), out, out_len * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
     std::uint64_t wrong = 0, first = 0;
     for (std::uint64_t i = 0; i < out_len; ++i) {
-        float want = 0.f;
-        switch (coll) {
-        case collective::all_reduce:
-        case collective::reduce:
-        case collective::reduce_scatter: {
-            const std::uint64_t j = coll == collective::reduce_scatter ? std::uint64_t(rank) * count + i : i;
-            for (int q = 0; q < n; ++q) want += value_of(q, j);
-            break;
-        }
-        case collective::all_gather: want = value_of(int(i / count), i % count); break;
-        case collective::broadcast: want = value_of(root, i); break;
-        default: break;
-        }
+        const float want = chorus_test::expected_sum(coll, rank, n, root, count, i, value_of);
         if (host[i] != want && wrong++ == 0) first = i;
     }
     if (wrong != 0)

@@ -21,6 +21,7 @@
 #include <chorus/chorus.hpp>
 #include <chorus/backend/gpu_checks.hpp>
 #include <chorus/backend/lane_process.hpp>
+#include "../expected_sum.hpp"
 #include "lane_test_util.hpp"
 #include "test_util.hpp"
 
@@ -288,19 +289,7 @@ std::string run_call(detail::lane_process_world& w, rank_buffers& b, const named
     if (coll == collective::reduce && rank != root) return "";
     std::uint64_t wrong = 0, first = 0;
     for (std::uint64_t i = 0; i < out_len; ++i) {
-        float want = 0.f;
-        switch (coll) {
-        case collective::all_reduce:
-        case collective::reduce:
-        case collective::reduce_scatter: {
-            const std::uint64_t j = coll == collective::reduce_scatter ? std::uint64_t(rank) * count + i : i;
-            for (int q = 0; q < n; ++q) want += value_of(q, j);
-            break;
-        }
-        case collective::all_gather: want = value_of(int(i / count), i % count); break;
-        case collective::broadcast: want = value_of(root, i); break;
-        default: break;
-        }
+        const float want = chorus_test::expected_sum(coll, rank, n, root, count, i, value_of);
         if (out[i] != want && wrong++ == 0) first = i;
     }
     if (wrong != 0)
