@@ -625,11 +625,7 @@ public:
     template <element T>
     std::span<T> alloc(std::size_t count) const {
         const std::string fn = "chorus::gpu::communicator::alloc<T>";
-        if (count == 0) throw error(errc::invalid_argument, fn + ": `count` is 0");
-        if (count > std::numeric_limits<std::uint64_t>::max() / sizeof(T))
-            throw error(errc::invalid_argument, fn + ": `count` = " + std::to_string(count) + " elements of " +
-                                                    std::to_string(sizeof(T)) + " bytes overflow the size");
-        void* p = t().alloc_registered(std::uint64_t(count) * sizeof(T), fn);
+        void* p = t().alloc_registered(detail::alloc_bytes(count, sizeof(T), fn), fn);
         return std::span<T>(static_cast<T*>(p), count);
     }
     //! Returns a buffer from alloc (the span, or its start) to the

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -32,6 +33,16 @@
 #endif
 
 namespace chorus::detail {
+
+//! The bytes of `count` elements of `elem_bytes` each, for a backend's
+//! alloc<T>; errc::invalid_argument (naming `fn`) for 0 or an overflow.
+inline std::uint64_t alloc_bytes(std::size_t count, std::size_t elem_bytes, const std::string& fn) {
+    if (count == 0) throw error(errc::invalid_argument, fn + ": `count` is 0");
+    if (count > std::numeric_limits<std::uint64_t>::max() / elem_bytes)
+        throw error(errc::invalid_argument, fn + ": `count` = " + std::to_string(count) + " elements of " +
+                                                std::to_string(elem_bytes) + " bytes overflow the size");
+    return std::uint64_t(count) * elem_bytes;
+}
 
 //! What a rank registers for one collective: its buffers, read only by
 //! peers that read or write them (which cannot have moved past the
