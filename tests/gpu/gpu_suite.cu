@@ -768,6 +768,12 @@ int main(int argc, char** argv) {
         run_all(std::vector<int>(static_cast<std::size_t>(n), 0), quick, all, core);
         std::printf("virtual ranks %d on device 0: %s\n", n, g_failures == before ? "ok" : "FAILED");
     }
+    for (int n : {2, 3, 5}) p2p_cases(std::vector<int>(static_cast<std::size_t>(n), 0));
+    if (devices >= 2) {
+        std::vector<int> devs;
+        for (int d = 0; d < devices && d < 8; ++d) devs.push_back(d);
+        p2p_cases(devs);
+    }
     if (devices >= 2) {
         std::vector<int> devs;
         for (int d = 0; d < devices && d < 8; ++d) devs.push_back(d);

@@ -460,5 +460,7 @@ pair_case make_pair_case(const char* name, bool core, pair_case::largest_count l
 std::vector<pair_case> pairs_main(); //!< gpu_suite.cu
 std::vector<pair_case> pairs_a();    //!< gpu_suite_pairs_a.cu
 std::vector<pair_case> pairs_b();    //!< gpu_suite_pairs_b.cu
+//! Point-to-point cases on the ranks `devs` (gpu_suite_p2p.cu).
+void p2p_cases(const std::vector<int>& devs);
 
 } // namespace chorus_gpu_suite

@@ -6,11 +6,15 @@
 //! test_lanes_process.cpp (one rank per process).
 
 #include <chorus/exec/lane_env.hpp>
+#include <chorus/exec/host_kernel.hpp>
+#include <chorus/exec/lane_p2p.hpp>
 
+#include <atomic>
 #include <barrier>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -89,6 +93,88 @@ chorus::detail::status run_rank_lanes(const chorus::detail::lane_launch<T, Op, S
     for (const auto& g : groups)
         if (g->st != chorus::detail::status::ok) return g->st;
     return chorus::detail::status::ok;
+}
+
+//! What one process's ranks share, kept across calls (the counters in the
+//! areas continue, as on a device): every rank's lane_rank_area, the abort
+//! word and the failure records. `maps`, when filled (one per rank), is
+//! handed to the executor as lane_world::maps.
+struct lane_world_host {
+    std::vector<std::unique_ptr<chorus::detail::lane_rank_area>> areas;
+    std::vector<chorus::detail::lane_rank_area*> table;
+    std::uint32_t abort = 0;
+    std::vector<chorus::detail::lane_fault> faults;
+    std::vector<chorus::detail::lane_peer_map> maps;
+    explicit lane_world_host(int n) : faults(static_cast<std::size_t>(n)) {
+        for (int r = 0; r < n; ++r) {
+            areas.push_back(std::make_unique<chorus::detail::lane_rank_area>());
+            table.push_back(areas.back().get());
+        }
+    }
+    chorus::detail::lane_world view() {
+        return {table.data(), &abort, faults.data(), int(table.size()), maps.empty() ? nullptr : maps.data()};
+    }
+    void set_abort() { std::atomic_ref<std::uint32_t>(abort).store(1, std::memory_order_release); }
+};
+
+//! One call a lane stream runs: every lane of the group calls it.
+using lane_call = std::function<chorus::detail::status(const host_lanes&)>;
+
+//! A send (is_send) or receive of `count` elements of T at `buf`, to or
+//! from `peer`, on rank `rank` of `w`, as the GPU backend launches it
+//! (element size and type_hash of T).
+template <class T>
+chorus::detail::lane_p2p_launch p2p_launch(lane_world_host& w, int rank, bool is_send, int peer, T* buf,
+                                           std::uint64_t count, std::uint64_t timeout_ms = 20000) {
+    chorus::detail::lane_p2p_launch L{};
+    L.world = w.view();
+    L.rank = rank;
+    L.peer = peer;
+    L.is_send = is_send;
+    L.buf = static_cast<void*>(buf);
+    L.count = count;
+    L.elem_bytes = sizeof(T);
+    L.type_id = chorus::detail::type_hash<T>();
+    L.timeout_ns = timeout_ms * 1000000ull;
+    return L;
+}
+
+//! The call that runs one send or receive (a kernel of exec/lane_p2p.hpp).
+inline lane_call p2p_call(const chorus::detail::lane_p2p_launch& L) {
+    return [L](const host_lanes& hl) { return chorus::detail::run_lane_p2p(hl, L); };
+}
+
+//! A lane stream: calls of one rank run in order by one group of lanes
+//! (a CUDA stream whose kernels are one block each). A failed call does
+//! not stop the stream (as on a GPU: later kernels still run, and fail
+//! at once on the abort word); `result` holds every call's status.
+struct lane_stream {
+    int rank = 0;
+    std::vector<lane_call> calls;
+    std::vector<chorus::detail::status> result;
+};
+
+//! Runs every stream, each on its own group of `lanes` threads, to the end.
+inline void run_lane_streams(std::vector<lane_stream>& streams, int lanes) {
+    std::vector<std::unique_ptr<std::barrier<>>> bars;
+    std::vector<std::unique_ptr<unsigned char[]>> boxes;
+    std::vector<std::thread> threads;
+    for (auto& s : streams) {
+        s.result.assign(s.calls.size(), chorus::detail::status::ok);
+        bars.push_back(std::make_unique<std::barrier<>>(lanes));
+        boxes.push_back(std::make_unique<unsigned char[]>(16));
+        std::barrier<>* bar = bars.back().get();
+        unsigned char* box = boxes.back().get();
+        for (int l = 0; l < lanes; ++l)
+            threads.emplace_back([&s, bar, box, l, lanes] {
+                const host_lanes hl{l, lanes, bar, box};
+                for (std::size_t i = 0; i < s.calls.size(); ++i) {
+                    const chorus::detail::status st = s.calls[i](hl);
+                    if (l == 0) s.result[i] = st;
+                }
+            });
+    }
+    for (auto& t : threads) t.join();
 }
 
 } // namespace chorus_test

@@ -51,21 +51,7 @@ using chorus_test::named_policy;
 
 namespace {
 
-// What one rank's memory looks like to its peers, kept across collectives
-// (the counters in the areas continue, as on a device).
-struct lane_world_host {
-    std::vector<std::unique_ptr<detail::lane_rank_area>> areas;
-    std::vector<detail::lane_rank_area*> table;
-    std::uint32_t abort = 0;
-    std::vector<detail::lane_fault> faults;
-    explicit lane_world_host(int n) : faults(static_cast<std::size_t>(n)) {
-        for (int r = 0; r < n; ++r) {
-            areas.push_back(std::make_unique<detail::lane_rank_area>());
-            table.push_back(areas.back().get());
-        }
-    }
-    detail::lane_world view() { return {table.data(), &abort, faults.data(), int(table.size())}; }
-};
+using chorus_test::lane_world_host;
 
 // Runs one collective: every (rank, channel) is a group of `lanes` threads,
 // as the GPU backend launches it (the schedule of make_schedule(pol, args),

@@ -59,7 +59,9 @@
 #include "../core/error.hpp"
 #include "../core/log.hpp"
 #include "../exec/lane_env.hpp"
+#include "../exec/host_kernel.hpp"
 #include "../kernels/collective.cuh"
+#include "../kernels/p2p.cuh"
 #include "../model/cost.hpp"
 #include "../model/file.hpp"
 #include "../ops/operators.hpp"
@@ -399,6 +401,58 @@ public:
     }
     //! True for a communicator of make_communicator (one process per GPU).
     bool one_process_per_gpu() const noexcept { return world_->proc != nullptr; }
+
+    // Point-to-point (collectives/gpu_p2p.hpp, protocol in exec/lane_p2p.hpp).
+
+    //! Enqueues one send (is_send) or receive of `count` elements at `buf`
+    //! to or from `peer` on `stream` (null: the rank's own): one block of
+    //! p2p_kernel. The pair's message numbers live in the rank areas (a
+    //! graph replay is the next message). One process per GPU: a send
+    //! whose `buf` is not in the registered area (comm.alloc) is staged,
+    //! copied into the start of the rank's shared scratch on the stream
+    //! before the kernel (so it uses the scratch like a collective: a
+    //! rank's calls must be ordered); one larger than the scratch is
+    //! refused, naming `buf`. A receive writes into its own memory: any
+    //! device buffer of the rank's device. `peer` was checked by the caller.
+    template <class T>
+    void enqueue_p2p(bool is_send, T* buf, std::uint64_t count, int peer, call_settings cs, void* stream_handle) {
+        const std::string fn = is_send ? "chorus::send" : "chorus::recv";
+        cudaStream_t st = stream_handle != nullptr ? static_cast<cudaStream_t>(stream_handle) : stream();
+        const int dev = device();
+        device_guard guard(dev);
+        if (count > std::numeric_limits<std::uint64_t>::max() / sizeof(T))
+            throw error(errc::invalid_argument, fn + ": `buf` has " + std::to_string(count) +
+                                                    " elements, more bytes than 64 bits count");
+        const std::uint64_t bytes = count * sizeof(T);
+        if (count != 0) {
+            int pd = -1;
+            check_gpu_buffer(is_send ? "send" : "recv", "buf", query_memory(buf, pd), pd, dev);
+        }
+        lane_p2p_launch L{};
+        L.world = world_->device_world(dev);
+        L.rank = rank_;
+        L.peer = peer;
+        L.is_send = is_send;
+        L.buf = const_cast<void*>(static_cast<const void*>(buf));
+        L.count = count;
+        L.elem_bytes = sizeof(T);
+        L.type_id = type_hash<T>();
+        L.timeout_ns = std::uint64_t(cs.timeout.count()) * 1000000ull;
+        if (world_->proc && is_send && count != 0 && !world_->proc->reachable(buf, bytes)) {
+            if (bytes > world_->scratch_bytes)
+                throw error(errc::invalid_argument,
+                            fn + ": `buf` (" + std::to_string(bytes) + " bytes) is not in this rank's registered "
+                                 "area (comm.alloc), so it is staged through the rank's scratch, which holds " +
+                                 std::to_string(world_->scratch_bytes) + " bytes (gpu::options::scratch_bytes); "
+                                 "send from comm.alloc memory, or raise scratch_bytes");
+            void* staged = world_->scratch[std::size_t(rank_)];
+            cuda_check(cudaMemcpyAsync(staged, buf, std::size_t(bytes), cudaMemcpyDefault, st),
+                       "cudaMemcpyAsync (staging a send's `buf` through the shared scratch)");
+            L.buf = staged;
+        }
+        p2p_kernel<><<<1, collective_block_threads, 0, st>>>(L);
+        cuda_check(cudaGetLastError(), is_send ? "launching the send kernel" : "launching the recv kernel");
+    }
 
 private:
     void require_process(const std::string& fn) const {

@@ -33,12 +33,14 @@ constexpr bool check_p2p() {
     constexpr bool ok = requires(communicator<B>& comm, T* p) {
         comm.template p2p<T>(true, p, std::uint64_t{}, 0, false);
     };
-    static_assert(ok, "chorus: this backend does not run send/recv yet (communicator<threads> and communicator<mpi> do)");
+    static_assert(ok, "chorus: this backend does not run send/recv yet (communicator<threads>, communicator<mpi> and "
+                      "communicator<gpu::device> do)");
     return ok && std::is_trivially_copyable_v<T>;
 }
 
 template <class B, class T>
-future p2p_impl(communicator<B>& comm, bool is_send, T* buf, std::size_t count, int peer, bool async) {
+future p2p_impl(communicator<B>& comm, bool is_send, T* buf, std::size_t count, int peer, bool async,
+                stream_arg stream = {}) {
     if constexpr (!check_p2p<B, T>()) {
         return future();
     } else {
@@ -54,6 +56,9 @@ future p2p_impl(communicator<B>& comm, bool is_send, T* buf, std::size_t count, 
             throw error(errc::invalid_argument, head + "`peer` is " + std::to_string(peer) +
                                                     ", this rank itself (a rank cannot " +
                                                     (is_send ? "send to" : "receive from") + " itself)");
+        if constexpr (requires { comm.template p2p<T>(is_send, buf, std::uint64_t(count), peer, async, stream); }) {
+            if (stream.given) return comm.template p2p<T>(is_send, buf, std::uint64_t(count), peer, async, stream);
+        }
         return comm.template p2p<T>(is_send, buf, std::uint64_t(count), peer, async);
     }
 }

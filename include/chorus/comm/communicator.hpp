@@ -301,6 +301,28 @@ public:
         return future();
     }
 
+    //! \internal One send (is_send) or receive on a stream-ordered
+    //! transport (GPU): enqueued on `stream` (not given: the rank's own
+    //! stream, waited for when the call is synchronous). The pair's
+    //! message numbers are kept by the transport (on the device), not here.
+    //! Validated by the caller as above.
+    template <class T>
+        requires requires(transport_type& t, T* buf, detail::call_settings cs) {
+            t.template enqueue_p2p<T>(true, buf, std::uint64_t{}, 0, cs, static_cast<void*>(nullptr));
+        }
+    future p2p(bool is_send, T* buf, std::uint64_t count, int peer, bool async, detail::stream_arg stream = {}) {
+        const char* fn = is_send ? "send" : "recv";
+        const issue_guard guard(*this, fn);
+        if (t_.broken()) throw_broken(fn);
+        void* handle = stream.given ? stream.handle : nullptr;
+        t_.template enqueue_p2p<T>(is_send, buf, count, peer, issue(), handle);
+        if (!async) {
+            if (!stream.given) t_.synchronize(); // a call without a stream: wait, and report
+            return future();
+        }
+        return t_.completion(handle);
+    }
+
 private:
     //! Held while a call is issued (and, for a synchronous call on the
     //! host stream, run). A communicator takes its calls from one thread

@@ -64,6 +64,32 @@ struct alignas(128) lane_flag {
     std::uint64_t value = 0;
 };
 
+//! Point-to-point (exec/lane_p2p.hpp): what a sender publishes for one
+//! destination, in the sender's own area. `posted` and `cancelled` are
+//! message numbers (1, 2, ... per ordered pair); the descriptor fields
+//! are written before `posted` (release).
+struct alignas(128) lane_p2p_out {
+    std::uint64_t posted = 0;    //!< the latest message published to that peer
+    std::uint64_t cancelled = 0; //!< the latest message the sender withdrew (its wait failed)
+    const void* buf = nullptr;   //!< the data, in the sender's address space
+    std::uint64_t count = 0;     //!< elements
+    std::uint64_t elem_bytes = 0;
+    std::uint64_t type_id = 0;
+    std::uint64_t sent = 0; //!< messages this rank issued to that peer (read and written by this rank only)
+};
+
+//! Point-to-point: what a receiver publishes for one source, in the
+//! receiver's own area. `state` is (message number << 3) | lane_p2p_phase
+//! and only grows; the count, element size and type are the receive's,
+//! written before a mismatch is posted.
+struct alignas(128) lane_p2p_in {
+    std::uint64_t state = 0;
+    std::uint64_t count = 0;
+    std::uint64_t elem_bytes = 0;
+    std::uint64_t type_id = 0;
+    std::uint64_t received = 0; //!< messages this rank received from that peer (this rank only)
+};
+
 //! A rank's state that its peers read.
 struct lane_rank_area {
     lane_flag flags[max_channels];
@@ -74,6 +100,11 @@ struct lane_rank_area {
     //! of a rank numbers a collective alike (an every_channel wait compares
     //! another channel's flag with this channel's number).
     std::uint64_t seq[max_channels];
+    //! Point-to-point, per peer: [q] is this rank's side of the pair
+    //! (this rank -> q) and (q -> this rank). Independent of the
+    //! collectives' flags and counters.
+    lane_p2p_out p2p_out[max_lane_ranks];
+    lane_p2p_in p2p_in[max_lane_ranks];
 };
 
 //! Most address ranges a reader maps of one peer: the peer's scratch and up
@@ -116,7 +147,13 @@ struct lane_fault {
     int channel = 0;
     std::uint32_t pad = 0;
     std::uint64_t unit = 0;
-    lane_signature theirs{}; //!< mismatch: the peer's call
+    lane_signature theirs{}; //!< mismatch: the peer's call (point-to-point: its count, elem_bytes, type_id)
+    //! Point-to-point failures (exec/lane_p2p.hpp): 1 a send, 2 a receive;
+    //! 0 a collective. `peer` is the other side, `unit` the message number.
+    int p2p = 0;
+    std::uint32_t pad2 = 0;
+    std::uint64_t p2p_count = 0;      //!< this rank's count
+    std::uint64_t p2p_elem_bytes = 0; //!< this rank's element size
 };
 
 //! The world as one device (or the CPU) sees it.
