@@ -344,12 +344,12 @@ options parse_args(int argc, char** argv) {
         o.by_nccl_ranks = true;
     }
     if (o.processes) {
+#if !CHORUS_BENCH_GPU_MPI // first: gpu_check.sh asks with --processes --ranks 2 whether the build has it
+        throw usage_error{"--processes: this chorus_bench_gpu was built without MPI (configure with MPI found)"};
+#endif
         if (ranks_given || o.per_device || o.by_nccl_ranks)
             throw usage_error{"--processes (one rank per MPI process) and --ranks/--devices/-t/-g both give the ranks: "
                               "use one"};
-#if !CHORUS_BENCH_GPU_MPI
-        throw usage_error{"--processes: this chorus_bench_gpu was built without MPI (configure with MPI found)"};
-#endif
         if (!o.graph_given) o.cudagraph = 0; // eager: see the file comment
         if (o.buffers.empty()) o.buffers = {buffer_kind::registered};
     } else {

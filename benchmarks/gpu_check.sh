@@ -401,27 +401,33 @@ if ((!HAVE_MPIEXEC)); then
     echo "gpu_check: mpiexec not found: the one-process-per-GPU test (chorus_gpu_process) and benchmark are skipped"
 fi
 
-# run_bench_mpi NP LIMIT NAME ARGS...: chorus_bench_gpu --processes under
-# mpiexec -n NP (at most LIMIT seconds, cut to the budget), logged to
-# NAME.log and NAME.csv; its exit status goes to RUN_RC[NAME]. Rows are
-# written as they are measured: a run stopped by its timeout keeps them.
-# Skipped (said) without mpiexec or when the benchmark was built without MPI.
-PBENCH_STATE="not run"
-run_bench_mpi() {
-    local np=$1 want=$2 name=$3 limit
-    shift 3
+# run_logged NAME WANT COMMAND...: one benchmark run, at most WANT seconds
+# (cut to the budget; not started, and listed, when it is spent), its output
+# in NAME.log, its exit status in RUN_RC[NAME]; the command writes NAME.csv.
+# Rows are written as they are measured: a run stopped by its timeout keeps them.
+run_logged() {
+    local name=$1 want=$2 limit
+    shift 2
     limit=$(cap_s "$want")
     if ((limit == 0)); then
         BUDGET_SKIPPED+=("$name")
         return 0
     fi
     RUN_ORDER+=("$name")
-    echo "+ mpiexec -n $np chorus_bench_gpu --processes $* --csv $RESULTS_DIR/$name.csv   (timeout $limit s)"
+    echo "+ $*   (timeout $limit s)"
     set +e
-    env "${MPI_ENV[@]}" timeout -k 10 "$limit" \
-        mpiexec -n "$np" "$BENCH" --processes "$@" --csv "$RESULTS_DIR/$name.csv" 2>&1 | tee "$RESULTS_DIR/$name.log"
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$RESULTS_DIR/$name.log"
     RUN_RC[$name]=${PIPESTATUS[0]}
     set -e
+}
+# run_bench_mpi NP WANT NAME ARGS...: chorus_bench_gpu --processes ARGS under mpiexec -n NP.
+# Skipped (said) without mpiexec or when the benchmark was built without MPI.
+PBENCH_STATE="not run"
+run_bench_mpi() {
+    local np=$1 want=$2 name=$3
+    shift 3
+    run_logged "$name" "$want" env "${MPI_ENV[@]}" mpiexec -n "$np" "$BENCH" --processes "$@" \
+        --csv "$RESULTS_DIR/$name.csv"
 }
 if ((!HAVE_MPIEXEC)); then
     PBENCH_STATE="SKIPPED (mpiexec not found)"
@@ -445,22 +451,11 @@ fi
 stop_mps
 
 # --- the benchmark: virtual ranks (and one rank per device) -------------------------
-# run_bench NAME ARGS...: one chorus_bench_gpu invocation, logged to NAME.log
-# and NAME.csv; its exit status goes to RUN_RC[NAME].
+# run_bench NAME ARGS...: one chorus_bench_gpu invocation (run_logged, at most BENCH_TIMEOUT).
 run_bench() {
-    local name=$1 limit
+    local name=$1
     shift
-    limit=$(cap_s "$BENCH_TIMEOUT")
-    if ((limit == 0)); then
-        BUDGET_SKIPPED+=("$name")
-        return 0
-    fi
-    RUN_ORDER+=("$name")
-    echo "+ chorus_bench_gpu $* --csv $RESULTS_DIR/$name.csv"
-    set +e
-    timeout -k 10 "$limit" "$BENCH" "$@" --csv "$RESULTS_DIR/$name.csv" 2>&1 | tee "$RESULTS_DIR/$name.log"
-    RUN_RC[$name]=${PIPESTATUS[0]}
-    set -e
+    run_logged "$name" "$BENCH_TIMEOUT" "$BENCH" "$@" --csv "$RESULTS_DIR/$name.csv"
 }
 
 LARGE=(-b 1M -e 256M -f 2)
