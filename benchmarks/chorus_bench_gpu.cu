@@ -49,11 +49,35 @@
 //! topology make_communicators plans against: the CHORUS_MODEL file, else
 //! model::gpu_cluster_topology(node size); the scratch allocated).
 //!
-//! Without a CUDA device: prints "CHORUS_SKIP: no CUDA device", exits 77.
+//! One process per GPU (--processes; built when CMake found MPI): run
+//! under `mpiexec -n P`, every process is one rank, made with
+//! gpu::make_communicator(MPI_COMM_WORLD, device) on device 0 (or rank %
+//! devices with --process-devices spread). --buffers registered (default):
+//! operands from comm.alloc (the registered area peers map: zero-copy);
+//! staged: plain cudaMalloc operands, staged through the shared scratch.
+//! The same tables, checks and CSV; timing: MPI_Barrier, then the calls
+//! (eager by default, -G 0: whether graph capture works with the process
+//! backend is unknown; -G N asks for graphs), then the stream synchronised;
+//! each process's time, and its #wrong, are combined over the processes
+//! (MPI_Allreduce: the largest time, the sum of #wrong). Only process 0
+//! prints the tables and writes --csv/-J. The copy ceiling is each
+//! device's copy bandwidth measured by one process alone (the others wait
+//! at a barrier), summed over the distinct devices used: with P processes
+//! on one device, moved (all P ranks' bytes) over that one device's copy
+//! bandwidth, as for P virtual ranks. A chorus or CUDA error in any
+//! process aborts the job (comm.abort, then MPI_Abort): no process waits
+//! forever for a peer that gave up.
+//!
+//! Without a CUDA device: prints "CHORUS_SKIP: no CUDA device", exits 77
+//! (every process of --processes too).
 //! Exit status: 0 all checks passed, 1 a wrong value or a chorus/CUDA
 //! error, 2 bad command line, 77 no device.
 
-#include <chorus/gpu.hpp>
+#if CHORUS_BENCH_GPU_MPI
+#  include <chorus/gpu_mpi.hpp> // <chorus/gpu.hpp> and make_communicator(MPI_Comm, ...)
+#else
+#  include <chorus/gpu.hpp>
+#endif
 
 #include "bench.hpp" // shared with chorus_bench: sweep_options, human_bytes, ... (and cli.hpp: the command line)
 
@@ -97,6 +121,16 @@ enum class type_kind { float32, bf16 };
 constexpr const char* type_name(type_kind t) { return t == type_kind::float32 ? "float" : "bfloat16"; }
 
 constexpr type_kind all_types[] = {type_kind::float32, type_kind::bf16};
+
+//! Where a rank's operands live: device (virtual ranks / one rank per
+//! device: cudaMalloc, read by peers directly), registered (--processes:
+//! comm.alloc, mapped by every peer process: zero-copy), staged
+//! (--processes: cudaMalloc, staged through the shared scratch). CSV column 24.
+enum class buffer_kind { device, registered, staged };
+constexpr const char* buffer_name(buffer_kind b) {
+    return b == buffer_kind::device ? "device" : b == buffer_kind::registered ? "registered" : "staged";
+}
+constexpr buffer_kind process_buffers[] = {buffer_kind::registered, buffer_kind::staged};
 
 //! --algo takes the policies by name (chorus::policy_names, in that order
 //! for "all"); automatic chooses its algorithms with their default
@@ -171,6 +205,10 @@ struct options : chorus_bench::sweep_options {
     std::vector<type_kind> types{type_kind::float32};
     std::string csv_path;
     std::string command_line;
+    bool processes = false;       //!< --processes: one rank per MPI process
+    bool spread_devices = false;  //!< --process-devices spread: process r on device r % devices
+    bool graph_given = false;     //!< -G/--graph given (--processes: eager unless given)
+    std::vector<buffer_kind> buffers; //!< --buffers (empty: the mode's default)
 };
 
 using chorus_cli::usage_error;
@@ -214,6 +252,12 @@ std::span<const chorus_cli::option> option_table() {
         {{}, 0, {}, "chorus only:"},
         {"ranks", 0, "N", "virtual ranks on device 0 (default 8, at most 64), instead of -t x -g"},
         {"devices", 0, {}, "one rank per visible device instead of --ranks"},
+        {"processes", 0, {}, "one rank per MPI process (run under mpiexec -n P; needs a build with MPI): "
+                             "gpu::make_communicator(MPI_COMM_WORLD); eager launches unless -G is given"},
+        {"process-devices", 0, "WHICH", "with --processes: one (default: every process on device 0) or spread "
+                                        "(process r on device r % devices)"},
+        {"buffers", 0, "LIST", "with --processes: registered (default: comm.alloc, zero-copy) and/or staged "
+                               "(cudaMalloc, staged through the scratch)"},
         {"algo", 0, "LIST", algo_help},
         {"channels", 0, "LIST", "channels (thread blocks of 512 threads per rank), each 1..32 (default 8)"},
         {"chunk", 0, "LIST", "chunk_bytes, each at least 16; suffixes K M G (default 256K)"},
@@ -250,9 +294,14 @@ options parse_args(int argc, char** argv) {
     for (const chorus_cli::given_option& g : line.given) {
         const std::string_view v = g.value;
         const std::string& flag = g.flag;
+        if (g.is("cudagraph") || g.is("graph")) o.graph_given = true;
         if (sweep_table.read(g, o)) continue;
         if (g.is("op")) chorus_cli::parse_choice(v, flag, {"sum"});
         else if (g.is("graph")) o.cudagraph = int(parse_int(v, flag, 0, 1 << 20));
+        else if (g.is("processes")) o.processes = true;
+        else if (g.is("process-devices")) o.spread_devices = chorus_cli::parse_choice(v, flag, {"one", "spread"}) == 1;
+        else if (g.is("buffers"))
+            o.buffers = chorus_cli::parse_names(v, flag, "buffer kind", process_buffers, buffer_name, {});
         else if (g.is("ranks")) {
             o.ranks = int(parse_int(v, flag, 1, most_ranks));
             ranks_given = true;
@@ -293,6 +342,19 @@ options parse_args(int argc, char** argv) {
         if (std::int64_t(o.nthreads) * o.ngpus > most_ranks)
             throw usage_error{chorus_bench::cat("-t x -g: at most ", std::to_string(most_ranks), " ranks")};
         o.by_nccl_ranks = true;
+    }
+    if (o.processes) {
+#if !CHORUS_BENCH_GPU_MPI // first: gpu_check.sh asks with --processes --ranks 2 whether the build has it
+        throw usage_error{"--processes: this chorus_bench_gpu was built without MPI (configure with MPI found)"};
+#endif
+        if (ranks_given || o.per_device || o.by_nccl_ranks)
+            throw usage_error{"--processes (one rank per MPI process) and --ranks/--devices/-t/-g both give the ranks: "
+                              "use one"};
+        if (!o.graph_given) o.cudagraph = 0; // eager: see the file comment
+        if (o.buffers.empty()) o.buffers = {buffer_kind::registered};
+    } else {
+        if (!o.buffers.empty()) throw usage_error{"--buffers: only with --processes"};
+        o.buffers = {buffer_kind::device};
     }
     if (o.timeout_s > 0) o.timeout_ms = int(std::min<long long>(o.timeout_s * 1000LL, 1LL << 30));
     return o;
@@ -391,8 +453,12 @@ constexpr std::size_t guard_bytes = 4096; // >= guard_elems * largest element
 struct rank_state {
     int dev = 0;
     cudaStream_t stream = nullptr;
-    void* in = nullptr;  //!< max_bytes + guard_bytes + -u elements (operands start at in_of<T>)
-    void* out = nullptr; //!< max_bytes + guard_bytes + -u elements (operands start at out_of<T>)
+    void* in = nullptr;  //!< max_bytes + guard_bytes + -u elements (operands start at in_of<T>): plain_in or reg_in
+    void* out = nullptr; //!< the same size (operands start at out_of<T>): plain_out or reg_out
+    void* plain_in = nullptr; //!< cudaMalloc'd (buffer_kind device and staged); freed by release()
+    void* plain_out = nullptr;
+    void* reg_in = nullptr;   //!< comm.alloc'd (buffer_kind registered); go with the communicator
+    void* reg_out = nullptr;
     unsigned long long* wrong = nullptr;
 };
 
@@ -430,10 +496,13 @@ struct plan_ctx {
 
 struct bench {
     options opt;
-    std::vector<int> devices;            //!< per rank
+    std::vector<int> devices;            //!< per rank of the collective (every process's, with --processes)
     std::vector<int> distinct_devices;
-    std::vector<rank_state> ranks;
-    std::vector<chorus::gpu::communicator> comms;
+    std::vector<rank_state> ranks;       //!< the ranks this process drives: ranks first, first + 1, ...
+    std::vector<chorus::gpu::communicator> comms; //!< one per entry of `ranks`
+    int world = 0;                       //!< ranks in the collective
+    int first = 0;                       //!< the rank of ranks[0] (--processes: this process's MPI rank)
+    buffer_kind buffers = buffer_kind::device; //!< where the operands of the current table live
     std::vector<std::size_t> sizes;
     int node_size = 0;
     //! What make_communicators plans automatic against: the CHORUS_MODEL file, else
@@ -448,9 +517,67 @@ struct bench {
     std::vector<table_summary> summaries;
     u64 wrong_total = 0;
 
-    int n() const { return int(ranks.size()); }
+    int n() const { return world; }
+    int local() const { return int(ranks.size()); }
+    int processes() const { return opt.processes ? world : 1; }
     plan_ctx ctx() const { return {&topo, scratch}; }
 };
+
+// ---------------------------------------------------------------------------
+// Across processes (--processes): MPI_COMM_WORLD; without it, the value itself
+// ---------------------------------------------------------------------------
+
+double across_max(const bench& B, double v) {
+#if CHORUS_BENCH_GPU_MPI
+    if (B.opt.processes) MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+#else
+    (void)B;
+#endif
+    return v;
+}
+u64 across_sum(const bench& B, u64 v) {
+#if CHORUS_BENCH_GPU_MPI
+    unsigned long long x = v;
+    if (B.opt.processes) MPI_Allreduce(MPI_IN_PLACE, &x, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+    v = x;
+#else
+    (void)B;
+#endif
+    return v;
+}
+void barrier(const bench& B) {
+#if CHORUS_BENCH_GPU_MPI
+    if (B.opt.processes) MPI_Barrier(MPI_COMM_WORLD);
+#else
+    (void)B;
+#endif
+}
+
+//! Says why the run failed: on stdout (process 0's is the table), and with
+//! --processes on stderr too, naming the rank (the other processes' stdout
+//! is /dev/null). Then, with --processes, stops every process (comm.abort,
+//! MPI_Abort): a peer may be waiting in a collective or in MPI for this one.
+void fail_run(bench& B, const std::string& why) {
+    std::printf("# FAILED: %s\n", why.c_str());
+    std::fflush(stdout);
+#if CHORUS_BENCH_GPU_MPI
+    if (B.opt.processes) {
+        std::fprintf(stderr, "chorus_bench_gpu: rank %d: FAILED: %s; aborting every process\n", B.first, why.c_str());
+        std::fflush(stderr);
+        if (B.csv) std::fflush(B.csv);
+        if (B.json) std::fflush(B.json);
+        for (auto& c : B.comms) {
+            try {
+                c.abort(why);
+            } catch (...) {
+            }
+        }
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+#else
+    (void)B;
+#endif
+}
 
 //! Per-call element counts of collective `c` for a nominal size in bytes
 //! (0: the row is skipped, on every rank alike).
@@ -577,10 +704,10 @@ void issue(const chorus::policy& pol, coll_kind c, chorus::gpu::communicator& co
     }
 }
 
-void sync_all(bench& B) {
-    for (int r = 0; r < B.n(); ++r) {
-        cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
-        cuda_ok(cudaStreamSynchronize(B.ranks[std::size_t(r)].stream), "cudaStreamSynchronize");
+void sync_all(bench& B) { // this process's ranks
+    for (const rank_state& rs : B.ranks) {
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cuda_ok(cudaStreamSynchronize(rs.stream), "cudaStreamSynchronize");
     }
     for (auto& c : B.comms) c.check();
 }
@@ -608,8 +735,9 @@ u64 check_once(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int 
     const u64 out_count = c == coll_kind::all_gather ? count * u64(n) : count;
     expect_spec sent{};
     sent.value = sentinel;
-    for (int r = 0; r < n; ++r) {
-        const rank_state& rs = B.ranks[std::size_t(r)];
+    for (int l = 0; l < B.local(); ++l) {
+        const int r = B.first + l;
+        const rank_state& rs = B.ranks[std::size_t(l)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
         T* in = in_of<T>(B, rs);
         T* out = out_of<T>(B, rs);
@@ -625,13 +753,14 @@ u64 check_once(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int 
             launch_fill<T>(rs, in, in_count, mine);
         }
     }
-    for (int r = 0; r < n; ++r) {
-        rank_state& rs = B.ranks[std::size_t(r)];
+    for (int l = 0; l < B.local(); ++l) {
+        rank_state& rs = B.ranks[std::size_t(l)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-        issue<T>(pol, c, B.comms[std::size_t(r)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, root, rs.stream);
+        issue<T>(pol, c, B.comms[std::size_t(l)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, root, rs.stream);
     }
-    for (int r = 0; r < n; ++r) {
-        const rank_state& rs = B.ranks[std::size_t(r)];
+    for (int l = 0; l < B.local(); ++l) {
+        const int r = B.first + l;
+        const rank_state& rs = B.ranks[std::size_t(l)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
         const T* in = in_of<T>(B, rs);
         const T* out = out_of<T>(B, rs);
@@ -669,13 +798,13 @@ u64 check_once(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int 
     }
     sync_all(B);
     u64 wrong = 0;
-    for (int r = 0; r < n; ++r) {
+    for (const rank_state& rs : B.ranks) {
         unsigned long long w = 0;
-        cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
-        cuda_ok(cudaMemcpy(&w, B.ranks[std::size_t(r)].wrong, sizeof w, cudaMemcpyDeviceToHost), "cudaMemcpy");
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cuda_ok(cudaMemcpy(&w, rs.wrong, sizeof w, cudaMemcpyDeviceToHost), "cudaMemcpy");
         wrong += w;
     }
-    return wrong;
+    return across_sum(B, wrong); // --processes: over every process's ranks
 }
 
 //! What one row's timing gives: seconds per call, and the host's seconds
@@ -694,16 +823,24 @@ timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, in
     const int n = B.n();
     const options& o = B.opt;
     const long long calls = o.timed_calls();
+    const int local = B.local(); // the ranks of this process: r below indexes B.ranks and B.comms
     auto issue_rank = [&](int r) {
         rank_state& rs = B.ranks[std::size_t(r)];
         issue<T>(pol, c, B.comms[std::size_t(r)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, root, rs.stream);
     };
+    // --processes: every process starts after a barrier; a row's time is the slowest process's.
+    auto combine = [&](timed x) {
+        x.secs = across_max(B, x.secs);
+        x.cpu_secs = across_max(B, x.cpu_secs);
+        return x;
+    };
     timed t;
     if (o.cudagraph == 0) {
+        barrier(B);
         const auto t0 = clock_type::now();
         for (int it = 0; it < o.iters; ++it) {
             for (int k = 0; k < o.agg_iters; ++k) {
-                for (int r = 0; r < n; ++r) {
+                for (int r = 0; r < local; ++r) {
                     cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
                     issue_rank(r);
                 }
@@ -714,9 +851,9 @@ timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, in
         t.cpu_secs = std::chrono::duration<double>(clock_type::now() - t0).count() / double(calls);
         sync_all(B);
         t.secs = std::chrono::duration<double>(clock_type::now() - t0).count() / double(calls);
-        return t;
+        return combine(t);
     }
-    std::vector<cudaGraphExec_t> execs(std::size_t(n), nullptr);
+    std::vector<cudaGraphExec_t> execs(std::size_t(local), nullptr);
     struct exec_guard {
         std::vector<cudaGraphExec_t>& e;
         ~exec_guard() {
@@ -724,7 +861,7 @@ timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, in
                 if (x) (void)cudaGraphExecDestroy(x);
         }
     } guard{execs};
-    for (int r = 0; r < n; ++r) {
+    for (int r = 0; r < local; ++r) {
         rank_state& rs = B.ranks[std::size_t(r)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
         cudaGraph_t g = nullptr;
@@ -744,20 +881,21 @@ timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, in
     }
     auto launch_all = [&](int launches) {
         for (int l = 0; l < launches; ++l)
-            for (int r = 0; r < n; ++r) {
+            for (int r = 0; r < local; ++r) {
                 cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
                 cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], B.ranks[std::size_t(r)].stream), "cudaGraphLaunch");
             }
     };
     launch_all(1); // untimed: first launch of a graph
     sync_all(B);
+    barrier(B);
     const auto t0 = clock_type::now();
     launch_all(o.cudagraph);
     const double per = double(calls) * o.cudagraph;
     t.cpu_secs = std::chrono::duration<double>(clock_type::now() - t0).count() / per;
     sync_all(B);
     t.secs = std::chrono::duration<double>(clock_type::now() - t0).count() / per;
-    return t;
+    return combine(t);
 }
 
 //! Blocks the kernel of this (T, Op) can keep resident on `dev` at once:
@@ -811,7 +949,9 @@ void run_table(bench& B, const std::string& ak, const chorus::policy& pol, type_
     const bool chooses = ak == "automatic" || ak == "deterministic"; // a 'chosen' column
     table_summary sum;
     sum.label = std::string(coll_name(c)) + " " + type_name(tk) + " " + algo + " ranks=" + std::to_string(n) +
-                " devices=" + std::to_string(B.distinct_devices.size());
+                " devices=" + std::to_string(B.distinct_devices.size()) +
+                (B.opt.processes ? " processes=" + std::to_string(B.processes()) + " buffers=" + buffer_name(B.buffers)
+                                 : std::string());
     print_table_header(B.opt, sum.label, chooses);
 
     // All ranks of a device must be resident at once.
@@ -846,10 +986,10 @@ void run_table(bench& B, const std::string& ak, const chorus::policy& pol, type_
 
         // Warm-up: eager calls (the inputs are whatever the last check left: any data will do).
         for (int i = 0; i < B.opt.warmup; ++i)
-            for (int r = 0; r < n; ++r) {
-                rank_state& rs = B.ranks[std::size_t(r)];
+            for (int l = 0; l < B.local(); ++l) {
+                rank_state& rs = B.ranks[std::size_t(l)];
                 cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-                issue<T>(pol, c, B.comms[std::size_t(r)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, call_root,
+                issue<T>(pol, c, B.comms[std::size_t(l)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, call_root,
                          rs.stream);
             }
         sync_all(B);
@@ -878,21 +1018,21 @@ void run_table(bench& B, const std::string& ak, const chorus::policy& pol, type_
                          "%s\n    {\"collective\": \"%s\", \"type\": \"%s\", \"algo\": \"%s\", \"channels\": %d, "
                          "\"chunk_bytes\": %zu, \"size_bytes\": %zu, \"count\": %zu, \"root\": %d, \"time_us\": %.3f, "
                          "\"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"moved_gbps\": %.6f, \"copy_ratio\": %.6f, "
-                         "\"wrong\": %" PRIu64 ", \"chosen\": \"%s\"}",
+                         "\"wrong\": %" PRIu64 ", \"chosen\": \"%s\", \"buffers\": \"%s\"}",
                          B.json_rows++ ? "," : "", coll_name(c), type_name(tk), ak.c_str(), pol.tune.channels,
                          std::size_t(pol.tune.chunk_bytes), row.bytes, row.count, root, row.time_us, row.algbw,
-                         row.busbw, row.moved_gbps, row.copy_ratio, row.wrong, chosen.c_str());
+                         row.busbw, row.moved_gbps, row.copy_ratio, row.wrong, chosen.c_str(), buffer_name(B.buffers));
             std::fflush(B.json);
         }
         if (B.csv) {
             std::fprintf(B.csv,
                          "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64
-                         ",%s\n",
+                         ",%s,%d,%s\n",
                          coll_name(c), type_name(tk), ak.c_str(), pol.tune.channels,
                          std::size_t(pol.tune.chunk_bytes), n, B.distinct_devices.size(), B.node_size,
                          B.opt.cudagraph, B.opt.iters, B.opt.warmup, row.bytes, row.count, row.time_us, row.algbw,
                          row.busbw, row.moved_bytes, row.moved_gbps, B.copy_gbps, row.copy_ratio, row.wrong,
-                         chosen.c_str());
+                         chosen.c_str(), B.processes(), buffer_name(B.buffers));
             std::fflush(B.csv);
         }
 
@@ -985,10 +1125,23 @@ int run(bench& B) {
         for (int d = 0; d < want; ++d) B.devices.push_back(d);
     } else if (o.per_device) {
         for (int d = 0; d < count && d < chorus::detail::max_lane_ranks; ++d) B.devices.push_back(d);
+    } else if (o.processes) { // one rank per process: the MPI rank; device 0, or rank % devices
+#if CHORUS_BENCH_GPU_MPI
+        int size = 1;
+        MPI_Comm_rank(MPI_COMM_WORLD, &B.first);
+        MPI_Comm_size(MPI_COMM_WORLD, &size);
+        if (size > chorus::detail::max_lane_ranks) {
+            std::fprintf(stderr, "--processes: %d processes; at most %d\n", size, chorus::detail::max_lane_ranks);
+            return 2;
+        }
+        for (int q = 0; q < size; ++q) B.devices.push_back(o.spread_devices ? q % count : 0);
+#endif
     } else {
         B.devices.assign(std::size_t(o.ranks), 0);
     }
     const int n = int(B.devices.size());
+    B.world = n;
+    const int local = o.processes ? 1 : n; // the ranks this process drives: first .. first + local - 1
     for (int d : B.devices)
         if (std::find(B.distinct_devices.begin(), B.distinct_devices.end(), d) == B.distinct_devices.end())
             B.distinct_devices.push_back(d);
@@ -1033,21 +1186,27 @@ int run(bench& B) {
     // least the default, so that it picks what it would for a default user.
     if (std::find(o.algos.begin(), o.algos.end(), "automatic") != o.algos.end())
         scratch = std::max(scratch, default_scratch);
+    // Each operand buffer: the largest size, a guard, and room to shift by -u elements.
+    const std::size_t bytes = o.max_bytes + guard_bytes + std::size_t(o.unalign) * 8;
+    const std::size_t padded = (bytes + 255) / 256 * 256; // comm.alloc and staging align to 256 bytes
+    const auto wants = [&](buffer_kind k) { return std::find(o.buffers.begin(), o.buffers.end(), k) != o.buffers.end(); };
+    // --buffers staged: the scratch holds the schedule's scratch plus the staged in and out.
+    if (wants(buffer_kind::staged)) scratch += 2 * padded + 4096;
     B.scratch = scratch;
 
-    // Buffers (allocated and touched once) and streams.
-    B.ranks.resize(std::size_t(n));
-    for (int r = 0; r < n; ++r) {
-        rank_state& rs = B.ranks[std::size_t(r)];
-        rs.dev = B.devices[std::size_t(r)];
+    // Plain buffers (allocated and touched once) and streams, for this process's ranks.
+    B.ranks.resize(std::size_t(local));
+    for (int l = 0; l < local; ++l) {
+        rank_state& rs = B.ranks[std::size_t(l)];
+        rs.dev = B.devices[std::size_t(B.first + l)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
         cuda_ok(cudaStreamCreateWithFlags(&rs.stream, cudaStreamNonBlocking), "cudaStreamCreate");
-        const std::size_t bytes = o.max_bytes + guard_bytes + std::size_t(o.unalign) * 8; // -u: room to shift
-        cuda_ok(cudaMalloc(&rs.in, bytes), "cudaMalloc (in)");
-        cuda_ok(cudaMalloc(&rs.out, bytes), "cudaMalloc (out)");
         cuda_ok(cudaMalloc(reinterpret_cast<void**>(&rs.wrong), sizeof(unsigned long long)), "cudaMalloc");
-        cuda_ok(cudaMemsetAsync(rs.in, 0, bytes, rs.stream), "cudaMemsetAsync");
-        cuda_ok(cudaMemsetAsync(rs.out, 0, bytes, rs.stream), "cudaMemsetAsync");
+        if (!wants(buffer_kind::device) && !wants(buffer_kind::staged)) continue;
+        cuda_ok(cudaMalloc(&rs.plain_in, bytes), "cudaMalloc (in)");
+        cuda_ok(cudaMalloc(&rs.plain_out, bytes), "cudaMalloc (out)");
+        cuda_ok(cudaMemsetAsync(rs.plain_in, 0, bytes, rs.stream), "cudaMemsetAsync");
+        cuda_ok(cudaMemsetAsync(rs.plain_out, 0, bytes, rs.stream), "cudaMemsetAsync");
     }
     for (auto& rs : B.ranks) {
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
@@ -1057,13 +1216,36 @@ int run(bench& B) {
     chorus::gpu::options gopt;
     gopt.scratch_bytes = scratch;
     gopt.ranks_per_node = B.node_size;
-    B.comms = chorus::gpu::make_communicators(B.devices, gopt);
+    if (o.processes) {
+#if CHORUS_BENCH_GPU_MPI
+        // --buffers registered: in and out from the registered area (zero-filled when made).
+        if (wants(buffer_kind::registered)) gopt.registered_bytes = 2 * padded + 4096;
+        rank_state& rs = B.ranks[0];
+        B.comms.push_back(chorus::gpu::make_communicator(MPI_COMM_WORLD, rs.dev, gopt));
+        if (wants(buffer_kind::registered)) {
+            const std::size_t floats = padded / sizeof(float);
+            rs.reg_in = B.comms[0].alloc<float>(floats).data();
+            rs.reg_out = B.comms[0].alloc<float>(floats).data();
+        }
+#endif
+    } else {
+        B.comms = chorus::gpu::make_communicators(B.devices, gopt);
+    }
     for (auto& c : B.comms) c.set_timeout(std::chrono::milliseconds(o.timeout_ms));
+    for (auto& rs : B.ranks) { // the copy below uses the first kind's buffers
+        rs.in = rs.plain_in ? rs.plain_in : rs.reg_in;
+        rs.out = rs.plain_out ? rs.plain_out : rs.reg_out;
+    }
 
-    // Copy ceiling: the largest size, on every device used.
+    // Copy ceiling: the largest size, on every device used, measured by its
+    // first rank (--processes: its first process, while the others wait at a
+    // barrier, so that each device copies alone); the sum over the devices.
     for (int d : B.distinct_devices) {
-        const auto it = std::find(B.devices.begin(), B.devices.end(), d);
-        const double g = measure_copy(B.ranks[std::size_t(it - B.devices.begin())], o.max_bytes);
+        const int owner = int(std::find(B.devices.begin(), B.devices.end(), d) - B.devices.begin());
+        double g = 0;
+        if (owner >= B.first && owner < B.first + local) g = measure_copy(B.ranks[std::size_t(owner - B.first)], o.max_bytes);
+        barrier(B);
+        g = across_max(B, g); // the owner's figure, on every process
         B.copy_per_device.push_back(g);
         B.copy_gbps += g;
     }
@@ -1087,7 +1269,18 @@ int run(bench& B) {
     }
     const char* conns = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
     std::printf("# ranks %d on %zu device(s)%s; CUDA_DEVICE_MAX_CONNECTIONS=%s\n", n, B.distinct_devices.size(),
-                o.per_device || o.by_nccl_ranks ? " (one per device)" : " (virtual ranks)", conns ? conns : "(unset: 8)");
+                o.processes                      ? " (one per MPI process: gpu::make_communicator(MPI_COMM_WORLD))"
+                : o.per_device || o.by_nccl_ranks ? " (one per device)"
+                                                  : " (virtual ranks)",
+                conns ? conns : "(unset: 8)");
+    if (o.processes) {
+        const char* mps = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
+        std::printf("# processes %d, devices %s; buffers:", n, o.spread_devices ? "rank % devices" : "all on device 0");
+        for (buffer_kind k : o.buffers) std::printf(" %s", buffer_name(k));
+        std::printf(" (registered: comm.alloc, zero-copy; staged: cudaMalloc, staged through the scratch); "
+                    "CUDA_MPS_PIPE_DIRECTORY=%s\n",
+                    mps ? mps : "(unset: processes sharing a device are time-sliced unless an MPS daemon serves them)");
+    }
     {
         chorus_cli::nccl_options shown = o; // the header's nThread/nGpus: -t x -g, or one "GPU" per rank
         if (!o.by_nccl_ranks) {
@@ -1113,7 +1306,9 @@ int run(bench& B) {
     }
     {
         long long most = 0;
-        for (int d : B.distinct_devices) most = std::max<long long>(most, std::count(B.devices.begin(), B.devices.end(), d));
+        if (!o.processes) // one stream per process otherwise
+            for (int d : B.distinct_devices)
+                most = std::max<long long>(most, std::count(B.devices.begin(), B.devices.end(), d));
         const int limit = conns ? std::atoi(conns) : 8;
         if (most > limit)
             std::printf("# warning: %lld ranks share a device but CUDA_DEVICE_MAX_CONNECTIONS is %d: "
@@ -1134,12 +1329,13 @@ int run(bench& B) {
                 "#   AllGather and ReduceScatter (n-1)/n, Broadcast and Reduce 1.\n"
                 "# time = per call: (host clock around every rank's graph launches + stream syncs) / (-G launches x\n"
                 "#   -n x -m calls); -G 0: around eager launches; -C 1 (cputime): without the final stream syncs.\n"
+                "#   --processes: each process's clock from an MPI_Barrier; the slowest process's time.\n"
                 "# moved = bytes all ranks' schedules read + write per call (from the schedules), / time.\n"
                 "# /copy = moved / copy bandwidth above (sum over devices). #wrong: elements differing from the\n"
                 "#   exact result, writes past the output, changes to the input (one call per size).\n");
     std::fflush(stdout);
 
-    if (!o.output_file.empty()) {
+    if (!o.output_file.empty() && B.first == 0) { // --processes: process 0 writes the files
         B.json = std::fopen(o.output_file.c_str(), "w");
         if (!B.json) {
             std::fprintf(stderr, "-J: cannot open %s\n", o.output_file.c_str());
@@ -1149,13 +1345,14 @@ int run(bench& B) {
         for (const char ch : o.command_line)
             if (static_cast<unsigned char>(ch) >= 0x20) cmd += ch == '"' || ch == '\\' ? std::string("\\") + ch : std::string(1, ch);
         std::fprintf(B.json,
-                     "{\n  \"command\": \"%s\",\n  \"backend\": \"gpu\",\n  \"ranks\": %d,\n  \"devices\": %zu,\n"
+                     "{\n  \"command\": \"%s\",\n  \"backend\": \"gpu\",\n  \"ranks\": %d,\n  \"processes\": %d,\n"
+                     "  \"devices\": %zu,\n"
                      "  \"iters\": %d,\n  \"agg_iters\": %d,\n  \"warmup\": %d,\n  \"graph_launches\": %d,\n"
                      "  \"copy_gbps\": %.4f,\n  \"rows\": [",
-                     cmd.c_str(), n, B.distinct_devices.size(), o.iters, o.agg_iters, o.warmup, o.cudagraph,
+                     cmd.c_str(), n, B.processes(), B.distinct_devices.size(), o.iters, o.agg_iters, o.warmup, o.cudagraph,
                      B.copy_gbps);
     }
-    if (!o.csv_path.empty()) {
+    if (!o.csv_path.empty() && B.first == 0) {
         B.csv = std::fopen(o.csv_path.c_str(), "w");
         if (!B.csv) {
             std::fprintf(stderr, "cannot open %s\n", o.csv_path.c_str());
@@ -1163,11 +1360,17 @@ int run(bench& B) {
         }
         std::fprintf(B.csv, "collective,type,algo,channels,chunk_bytes,ranks,devices,node_size,graph,iters,warmup,"
                             "size_bytes,count,time_us,algbw_gbps,busbw_gbps,moved_bytes,moved_gbps,copy_gbps,"
-                            "copy_ratio,wrong,chosen\n");
+                            "copy_ratio,wrong,chosen,processes,buffers\n");
     }
 
     int status = 0;
     try {
+        for (const buffer_kind bk : o.buffers) { // --processes --buffers registered,staged: each table set
+            B.buffers = bk;
+            for (auto& rs : B.ranks) {
+                rs.in = bk == buffer_kind::registered ? rs.reg_in : rs.plain_in;
+                rs.out = bk == buffer_kind::registered ? rs.reg_out : rs.plain_out;
+            }
         for (const std::string& a : o.algos)
             for (int ch : o.channels)
                 for (std::size_t chunk : o.chunks)
@@ -1185,11 +1388,12 @@ int run(bench& B) {
                                 run_table<typename decltype(type_tag)::type>(B, a, pol, t, c);
                             });
                         }
+        }
     } catch (const chorus::error& e) {
-        std::printf("# FAILED: chorus error: %s\n", e.what());
+        fail_run(B, std::string("chorus error: ") + e.what()); // --processes: does not return
         status = 1;
     } catch (const cuda_failure& e) {
-        std::printf("# FAILED: CUDA error: %s\n", e.what.c_str());
+        fail_run(B, "CUDA error: " + e.what);
         status = 1;
     }
 
@@ -1208,16 +1412,48 @@ int run(bench& B) {
 }
 
 void release(bench& B) {
-    B.comms.clear();
     for (auto& rs : B.ranks) {
         (void)cudaSetDevice(rs.dev);
         if (rs.stream) (void)cudaStreamSynchronize(rs.stream);
+    }
+    B.comms.clear(); // --processes: waits for the peer processes to destroy theirs; takes reg_in/reg_out along
+    for (auto& rs : B.ranks) {
+        (void)cudaSetDevice(rs.dev);
         if (rs.stream) (void)cudaStreamDestroy(rs.stream);
-        if (rs.in) (void)cudaFree(rs.in);
-        if (rs.out) (void)cudaFree(rs.out);
+        if (rs.plain_in) (void)cudaFree(rs.plain_in);
+        if (rs.plain_out) (void)cudaFree(rs.plain_out);
         if (rs.wrong) (void)cudaFree(rs.wrong);
     }
     B.ranks.clear();
+}
+
+//! --processes: MPI_Init (before any CUDA call, as MPI libraries like it),
+//! and process 0 alone prints (the others' stdout goes to /dev/null; their
+//! failures go to stderr, see fail_run). Without --processes: nothing.
+void start_processes(bench& B, int& argc, char**& argv) {
+#if CHORUS_BENCH_GPU_MPI
+    if (!B.opt.processes) return;
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &B.first);
+    if (B.first != 0 && !std::freopen("/dev/null", "w", stdout))
+        std::fprintf(stderr, "chorus_bench_gpu: rank %d: cannot send stdout to /dev/null\n", B.first);
+#else
+    (void)B;
+    (void)argc;
+    (void)argv;
+#endif
+}
+int end_processes(const bench& B, int status) {
+#if CHORUS_BENCH_GPU_MPI
+    if (B.opt.processes) {
+        std::fflush(stdout);
+        MPI_Finalize();
+    }
+#else
+    (void)B;
+#endif
+    return status;
 }
 
 } // namespace
@@ -1231,26 +1467,27 @@ int main(int argc, char** argv) {
         print_usage(stderr, argv[0]);
         return 2;
     }
+    start_processes(B, argc, argv);
     int devices = 0;
     if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
         (void)cudaGetLastError();
-        std::printf("CHORUS_SKIP: no CUDA device\n");
-        return 77;
+        std::printf("CHORUS_SKIP: no CUDA device\n"); // every process alike: all exit 77
+        return end_processes(B, 77);
     }
     int status = 1;
     try {
         status = run(B);
     } catch (const cuda_failure& e) {
-        std::printf("# FAILED: CUDA error: %s\n", e.what.c_str());
+        fail_run(B, "CUDA error: " + e.what); // --processes: does not return
         status = 1;
     } catch (const chorus::error& e) {
-        std::printf("# FAILED: chorus error: %s\n", e.what());
+        fail_run(B, std::string("chorus error: ") + e.what());
         status = 1;
     } catch (const std::exception& e) {
-        std::printf("# FAILED: %s\n", e.what());
+        fail_run(B, e.what());
         status = 1;
     }
     std::fflush(stdout);
     release(B);
-    return status;
+    return end_processes(B, status);
 }

@@ -2,6 +2,7 @@
 # gpu_check.sh: the one script to run on a machine with an NVIDIA GPU.
 #
 #   benchmarks/gpu_check.sh [-B BUILD_DIR] [-o RESULTS_DIR] [--prebuilt DIR]
+#   benchmarks/gpu_check.sh --summarize RESULTS_DIR   (summary and JSON of CSVs already there)
 #
 # 1. configures a fresh build tree (default <repo>/build-gpu-check) with
 #    -DCHORUS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=<compute capability from
@@ -18,11 +19,23 @@
 #    2/4/8 on device 0, and one rank per device when there are several),
 #    then chorus_gpu_host_device_pointer (device memory refused by a threads
 #    communicator from host-compiler code, managed memory reduced), then
-#    chorus_gpu_process under mpiexec with PROCESS_RANKS (default 4)
-#    processes on device 0 (one process per GPU: gpu::make_communicator,
-#    CUDA IPC; at most PROCESS_TIMEOUT, default 120 s); without mpiexec it
-#    says so and skips it;
-# 4. runs chorus_bench_gpu: (a) AllReduce float, 8 virtual ranks, ring, 16
+#    chorus_gpu_process under mpiexec with 2, 4 and 8 processes
+#    (PROCESS_RANKS, default "2 4 8") on device 0 (one process per GPU:
+#    gpu::make_communicator, CUDA IPC, a killed process; at most
+#    PROCESS_TIMEOUT, default 120 s, each); without mpiexec it says so and
+#    skips it;
+# 4. runs chorus_bench_gpu --processes under mpiexec -n 8 (one rank per
+#    process, all on device 0; skipped without mpiexec or an MPI build):
+#    (p) AllReduce float, ring, 32 and 16 channels x 1 MiB and 256 KiB
+#    chunks, 1 MiB..256 MiB (x4), buffers from comm.alloc (zero-copy);
+#    (q) the same with plain cudaMalloc buffers (staged), 32 ch / 1 MiB,
+#    1, 16, 256 MiB; (r) AllGather and ReduceScatter, 32 ch / 1 MiB, 1, 16,
+#    256 MiB. Eager launches (-G 0); the time is the slowest process's.
+#    Processes sharing one GPU are time-sliced unless an MPS daemon serves
+#    them: with PROCESS_MPS=1 the script starts one of its own (private
+#    pipe directory under /tmp, nvidia-cuda-mps-control -d) for the
+#    process runs of steps 3-4 and stops it afterwards;
+# 5. runs chorus_bench_gpu: (a) AllReduce float, 8 virtual ranks, ring, 16
 #    and 32 channels, 1 MiB..256 MiB; (b) AllReduce float, 8 virtual ranks,
 #    direct, 8 B..64 KiB; (c) AllGather and ReduceScatter, 8 ranks, ring,
 #    1 MiB..256 MiB; (d) bfloat16 AllReduce, 8 ranks; (e) with more than one
@@ -32,20 +45,40 @@
 #    the algorithm it chose per size) against ring<> and direct<> with
 #    their default tunings (the ones automatic runs), to see whether its
 #    picks are right on this machine (about 30 s);
-# 5. prints, last, a short summary table with the two targets
-#    (AllReduce 8 x 256 MiB moved/copy >= 0.70; AllReduce 8 ranks direct,
-#    worst time over 8 B..64 KiB <= 15 us), and for (g) automatic's picks
-#    and how far its time is from the faster of ring<> and direct<>.
+# 6. writes RESULTS_DIR/gpu-<YYYY-MM-DD>.json (gpu_results_json.sh: one
+#    row per CSV row of every run: collective, algo, processes, ranks,
+#    size_bytes, time_us, moved_over_copy, nccl_time_us = null, ...; card
+#    from nvidia-smi) and prints where; copy it to
+#    benchmarks/results/gpu-<date>.json with the docs (docs/gpu.md);
+# 7. prints, last, a short summary table with the targets (AllReduce 8
+#    virtual ranks x 256 MiB moved/copy >= 0.70; AllReduce 8 processes x
+#    256 MiB moved/copy >= 0.70; AllReduce 8 ranks direct, worst time over
+#    8 B..64 KiB <= 15 us), the process test per process count, and for (g)
+#    automatic's picks and how far its time is from the faster of ring<>
+#    and direct<>.
+#
+# moved/copy: the bytes every rank's schedule reads and writes per call
+# over the time, divided by the D2D copy bandwidth (read + write) measured
+# in the same run on each device used, summed over the devices. With 8
+# virtual ranks or 8 processes on one GPU: all 8 ranks' bytes over that
+# one device's copy bandwidth.
 #
 # Everything it prints is also saved under the results directory (default
 # <repo>/build-gpu-check-results/<UTC time>; every /build* path is ignored
 # by git). Environment overrides: BUILD_DIR, RESULTS_DIR, CUDA_ARCH,
 # SUITE_TIMEOUT (seconds, default 300), BENCH_TIMEOUT (per benchmark run,
-# default 180), PROCESS_RANKS (default 4), PROCESS_TIMEOUT (default 120).
+# default 180), PROCESS_RANKS (default "2 4 8"), PROCESS_TIMEOUT (default
+# 120, per process count), PROCESS_BENCH_TIMEOUT (default 150, the (p)
+# run; (q) and (r) at most 60 each), PROCESS_MPS (default 0),
+# GPU_CHECK_BUDGET (default 570: seconds from the start after which no run
+# starts; every run's timeout is cut to what is left, less 20 s for the
+# summary, so the script ends within about GPU_CHECK_BUDGET seconds).
 # Exit status: 0 when the build, the suite and every benchmark run
 # succeeded (all results correct), whether or not the targets are met;
-# 1 otherwise. Meant to finish in under 5 minutes on one H200, plus the
-# one-process-per-GPU run (at most PROCESS_TIMEOUT): within 10 minutes.
+# 1 otherwise. Expected on one H200: build 2-3 min, suite and virtual-rank
+# runs about 50 s, process tests and runs about 1-4 min (slower when the
+# processes are time-sliced): within 10 minutes, which GPU_CHECK_BUDGET
+# enforces.
 
 set -euo pipefail
 
@@ -56,8 +89,12 @@ RESULTS_DIR=${RESULTS_DIR:-$SRC_DIR/build-gpu-check-results/$(date -u +%Y%m%dT%H
 PREBUILT=
 SUITE_TIMEOUT=${SUITE_TIMEOUT:-300}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-180}
-PROCESS_RANKS=${PROCESS_RANKS:-4}
+PROCESS_RANKS=${PROCESS_RANKS:-2 4 8}
 PROCESS_TIMEOUT=${PROCESS_TIMEOUT:-120}
+PROCESS_BENCH_TIMEOUT=${PROCESS_BENCH_TIMEOUT:-150}
+PROCESS_MPS=${PROCESS_MPS:-0}
+GPU_CHECK_BUDGET=${GPU_CHECK_BUDGET:-570}
+SUMMARIZE=0
 HAVE_MPIEXEC=0
 command -v mpiexec >/dev/null 2>&1 && HAVE_MPIEXEC=1
 
@@ -79,6 +116,11 @@ while (($#)); do
         PREBUILT=$2
         shift 2
         ;;
+    --summarize)
+        RESULTS_DIR=$2
+        SUMMARIZE=1
+        shift 2
+        ;;
     -h | --help)
         usage
         exit 0
@@ -91,8 +133,56 @@ while (($#)); do
 done
 
 START=$(date +%s)
+if ((SUMMARIZE)) && [[ ! -d $RESULTS_DIR ]]; then
+    echo "gpu_check.sh: --summarize $RESULTS_DIR: no such directory" >&2
+    exit 2
+fi
 mkdir -p "$RESULTS_DIR"
 RESULTS_DIR=$(cd "$RESULTS_DIR" && pwd)
+
+# left_s: seconds left before GPU_CHECK_BUDGET, less 20 s for the summary.
+left_s() { echo $((GPU_CHECK_BUDGET - ($(date +%s) - START) - 20)); }
+# cap_s WANT: WANT, cut to what the budget leaves (0: too little to start a run).
+cap_s() {
+    local left
+    left=$(left_s)
+    if ((left < 15)); then
+        echo 0
+    elif ((left < $1)); then
+        echo "$left"
+    else
+        echo "$1"
+    fi
+}
+BUDGET_SKIPPED=()
+
+# What the summary reads; the steps below set them.
+NGPU=0
+CUDA_ARCH=${CUDA_ARCH:-}
+USE_PREBUILT=0
+TARGETS=()
+BUILD_SECS=0
+SUITE_STATUS="not run"
+POINTER_STATUS="not run"
+declare -A PROCESS_STATUS=()
+PROCESS_NPS=()
+MPS_STATE="off (processes sharing a GPU are time-sliced)"
+declare -A RUN_RC=()
+RUN_ORDER=()
+CARD=unknown
+
+if ((SUMMARIZE)); then
+    echo "gpu_check: --summarize: the summary and JSON of the CSVs in $RESULTS_DIR (nothing is built or run)"
+    [[ -f $RESULTS_DIR/card.txt ]] && CARD=$(head -n 1 "$RESULTS_DIR/card.txt")
+    SUITE_STATUS="not run (--summarize)"
+    POINTER_STATUS="not run (--summarize)"
+    for f in "$RESULTS_DIR"/*.csv; do
+        [[ -f $f ]] || continue
+        name=$(basename "$f" .csv)
+        RUN_ORDER+=("$name")
+        RUN_RC[$name]=0
+    done
+else
 echo "gpu_check: source $SRC_DIR, build $BUILD_DIR, results $RESULTS_DIR"
 
 # --- the machine -------------------------------------------------------------
@@ -110,7 +200,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi >"$RESULTS_DIR/nvidia-smi.txt" 2>&1 || true
     nvidia-smi topo -m >>"$RESULTS_DIR/nvidia-smi.txt" 2>&1 || true
     NGPU=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)
+    CARD=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 | sed 's/^ *//; s/ *$//' || true)
+    [[ -n $CARD ]] || CARD=unknown
 fi
+echo "$CARD" >"$RESULTS_DIR/card.txt"
 if [[ -n ${CUDA_VISIBLE_DEVICES:-} ]]; then
     IFS=, read -r -a _visible <<<"$CUDA_VISIBLE_DEVICES"
     NGPU=${#_visible[@]}
@@ -205,18 +298,22 @@ export CUDA_DEVICE_MAX_CONNECTIONS=32
 # --- the suite ---------------------------------------------------------------------
 SUITE_STATUS="NOT BUILT (doctest missing)"
 SUITE_RC=-
-if ((SUITE_BUILT)); then
-    echo "+ CUDA_DEVICE_MAX_CONNECTIONS=32 $SUITE"
+SUITE_LIMIT=$(cap_s "$SUITE_TIMEOUT")
+if ((SUITE_BUILT && SUITE_LIMIT == 0)); then
+    SUITE_STATUS="SKIPPED (time budget spent)"
+    BUDGET_SKIPPED+=("chorus_gpu_suite")
+elif ((SUITE_BUILT)); then
+    echo "+ CUDA_DEVICE_MAX_CONNECTIONS=32 $SUITE   (timeout $SUITE_LIMIT s)"
     set +e
     # 300 s by default: the suite also runs the newer policies (tree<>, ..., automatic, deterministic<>).
-    timeout -k 10 "$SUITE_TIMEOUT" "$SUITE" 2>&1 | tee "$RESULTS_DIR/suite.log"
+    timeout -k 10 "$SUITE_LIMIT" "$SUITE" 2>&1 | tee "$RESULTS_DIR/suite.log"
     SUITE_RC=${PIPESTATUS[0]}
     set -e
     SUITE_LINE=$(grep -E '^(PASSED|FAILED): [0-9]+ case' "$RESULTS_DIR/suite.log" | tail -n 1 || true)
     case $SUITE_RC in
     0) SUITE_STATUS="PASSED (${SUITE_LINE#*: })" ;;
     77) SUITE_STATUS="SKIPPED (no CUDA device)" ;;
-    124 | 137) SUITE_STATUS="FAILED (timed out after $SUITE_TIMEOUT s)" ;;
+    124 | 137) SUITE_STATUS="FAILED (timed out after $SUITE_LIMIT s)" ;;
     *) SUITE_STATUS="FAILED (exit $SUITE_RC${SUITE_LINE:+; ${SUITE_LINE#*: }})" ;;
     esac
 fi
@@ -236,42 +333,129 @@ if [[ -x $POINTER ]]; then
     set -e
 fi
 
-# One process per GPU (gpu::make_communicator): PROCESS_RANKS processes on
-# device 0 under mpiexec, CUDA IPC between them, a killed process at the end.
-PROCESS_STATUS="NOT BUILT"
-PROCESS=$BUILD_DIR/tests/gpu/chorus_gpu_process
-if ((!HAVE_MPIEXEC)); then
-    PROCESS_STATUS="SKIPPED (mpiexec not found)"
-    echo "gpu_check: mpiexec not found: the one-process-per-GPU test (chorus_gpu_process) is skipped"
-elif [[ -x $PROCESS ]]; then
-    echo "+ mpiexec -n $PROCESS_RANKS $PROCESS"
-    set +e
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
-        CHORUS_TIMEOUT_MS=60000 timeout -k 10 "$PROCESS_TIMEOUT" \
-        mpiexec -n "$PROCESS_RANKS" "$PROCESS" 2>&1 | tee "$RESULTS_DIR/gpu_process.log"
-    case ${PIPESTATUS[0]} in
-    0) PROCESS_STATUS="PASSED ($PROCESS_RANKS processes)" ;;
-    77) PROCESS_STATUS="SKIPPED (no CUDA device)" ;;
-    124 | 137) PROCESS_STATUS="FAILED (timed out after $PROCESS_TIMEOUT s)" ;;
-    *) PROCESS_STATUS="FAILED (see gpu_process.log)" ;;
-    esac
-    set -e
+# --- one process per GPU ------------------------------------------------------------
+# The environment of every mpiexec below (Open MPI as root, more processes
+# than cores), plus the MPS daemon's pipe directory with PROCESS_MPS=1.
+MPI_ENV=(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1)
+MPS_DIR=
+stop_mps() {
+    if [[ -n $MPS_DIR ]]; then
+        echo quit | CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log \
+            timeout 20 nvidia-cuda-mps-control >/dev/null 2>&1 || true
+        cp -r "$MPS_DIR/log" "$RESULTS_DIR/mps-log" 2>/dev/null || true
+        rm -rf "$MPS_DIR"
+        MPS_DIR=
+    fi
+}
+if [[ $PROCESS_MPS == 1 ]] && ((HAVE_MPIEXEC)); then
+    if command -v nvidia-cuda-mps-control >/dev/null 2>&1; then
+        MPS_DIR=$(mktemp -d /tmp/chorus-mps.XXXXXX)
+        mkdir -p "$MPS_DIR/pipe" "$MPS_DIR/log"
+        trap stop_mps EXIT
+        if CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log \
+            timeout 20 nvidia-cuda-mps-control -d; then
+            MPI_ENV+=("CUDA_MPS_PIPE_DIRECTORY=$MPS_DIR/pipe" "CUDA_MPS_LOG_DIRECTORY=$MPS_DIR/log")
+            MPS_STATE="on (an MPS daemon of this script: $MPS_DIR)"
+        else
+            MPS_STATE="off: nvidia-cuda-mps-control -d failed (time-sliced)"
+            rm -rf "$MPS_DIR"
+            MPS_DIR=
+        fi
+    else
+        MPS_STATE="off: PROCESS_MPS=1 but nvidia-cuda-mps-control is not on PATH (time-sliced)"
+    fi
+    echo "gpu_check: MPS $MPS_STATE"
 fi
 
-# --- the benchmark -------------------------------------------------------------------
-declare -A RUN_RC=()
-RUN_ORDER=()
-# run_bench NAME ARGS...: one chorus_bench_gpu invocation, logged to NAME.log
-# and NAME.csv; its exit status goes to RUN_RC[NAME].
+# The suite's test (gpu::make_communicator): 2, 4 and 8 processes on device
+# 0 under mpiexec, CUDA IPC between them, a killed process at the end.
+PROCESS=$BUILD_DIR/tests/gpu/chorus_gpu_process
+read -r -a PROCESS_NPS <<<"$PROCESS_RANKS"
+for np in "${PROCESS_NPS[@]}"; do
+    if ((!HAVE_MPIEXEC)); then
+        PROCESS_STATUS[$np]="SKIPPED (mpiexec not found)"
+        continue
+    elif [[ ! -x $PROCESS ]]; then
+        PROCESS_STATUS[$np]="NOT BUILT (no MPI found by CMake, or no doctest)"
+        continue
+    fi
+    limit=$(cap_s "$PROCESS_TIMEOUT")
+    if ((limit == 0)); then
+        PROCESS_STATUS[$np]="SKIPPED (time budget spent)"
+        BUDGET_SKIPPED+=("chorus_gpu_process -n $np")
+        continue
+    fi
+    echo "+ mpiexec -n $np $PROCESS   (timeout $limit s)"
+    set +e
+    env "${MPI_ENV[@]}" CHORUS_TIMEOUT_MS=60000 timeout -k 10 "$limit" \
+        mpiexec -n "$np" "$PROCESS" 2>&1 | tee "$RESULTS_DIR/gpu_process_$np.log"
+    case ${PIPESTATUS[0]} in
+    0) PROCESS_STATUS[$np]="PASSED" ;;
+    77) PROCESS_STATUS[$np]="SKIPPED (no CUDA device)" ;;
+    124 | 137) PROCESS_STATUS[$np]="FAILED (timed out after $limit s)" ;;
+    *) PROCESS_STATUS[$np]="FAILED (see gpu_process_$np.log)" ;;
+    esac
+    set -e
+done
+if ((!HAVE_MPIEXEC)); then
+    echo "gpu_check: mpiexec not found: the one-process-per-GPU test (chorus_gpu_process) and benchmark are skipped"
+fi
+
+# run_logged NAME WANT COMMAND...: one benchmark run, at most WANT seconds
+# (cut to the budget; not started, and listed, when it is spent), its output
+# in NAME.log, its exit status in RUN_RC[NAME]; the command writes NAME.csv.
+# Rows are written as they are measured: a run stopped by its timeout keeps them.
+run_logged() {
+    local name=$1 want=$2 limit
+    shift 2
+    limit=$(cap_s "$want")
+    if ((limit == 0)); then
+        BUDGET_SKIPPED+=("$name")
+        return 0
+    fi
+    RUN_ORDER+=("$name")
+    echo "+ $*   (timeout $limit s)"
+    set +e
+    timeout -k 10 "$limit" "$@" 2>&1 | tee "$RESULTS_DIR/$name.log"
+    RUN_RC[$name]=${PIPESTATUS[0]}
+    set -e
+}
+# run_bench_mpi NP WANT NAME ARGS...: chorus_bench_gpu --processes ARGS under mpiexec -n NP.
+# Skipped (said) without mpiexec or when the benchmark was built without MPI.
+PBENCH_STATE="not run"
+run_bench_mpi() {
+    local np=$1 want=$2 name=$3
+    shift 3
+    run_logged "$name" "$want" env "${MPI_ENV[@]}" mpiexec -n "$np" "$BENCH" --processes "$@" \
+        --csv "$RESULTS_DIR/$name.csv"
+}
+if ((!HAVE_MPIEXEC)); then
+    PBENCH_STATE="SKIPPED (mpiexec not found)"
+elif ! "$BENCH" --help 2>/dev/null | grep -q -- '--processes'; then
+    PBENCH_STATE="SKIPPED (chorus_bench_gpu has no --processes)"
+elif "$BENCH" --processes --ranks 2 2>&1 | grep -q 'built without MPI'; then # a usage error either way: runs nothing
+    PBENCH_STATE="SKIPPED (chorus_bench_gpu was built without MPI)"
+else
+    PBENCH_STATE="ran"
+    PLARGE=(--collectives all_reduce -d float --algo ring --timeout-ms 30000)
+    # (p) AllReduce, 8 processes, ring, the virtual-rank run's best tuning (32 ch, 1 MiB) first.
+    run_bench_mpi 8 "$PROCESS_BENCH_TIMEOUT" p_allreduce_ring "${PLARGE[@]}" --channels 32,16 --chunk 1M,256K \
+        -b 1M -e 256M -f 4 -n 10 -w 2
+    # (q) the same, plain cudaMalloc buffers: staged through the scratch.
+    run_bench_mpi 8 60 q_allreduce_ring_staged "${PLARGE[@]}" --buffers staged --channels 32 --chunk 1M \
+        -b 1M -e 256M -f 16 -n 5 -w 1
+    # (r) AllGather and ReduceScatter, 8 processes, ring.
+    run_bench_mpi 8 60 r_allgather_reducescatter_ring --collectives all_gather,reduce_scatter -d float --algo ring \
+        --timeout-ms 30000 --channels 32 --chunk 1M -b 1M -e 256M -f 16 -n 5 -w 1
+fi
+stop_mps
+
+# --- the benchmark: virtual ranks (and one rank per device) -------------------------
+# run_bench NAME ARGS...: one chorus_bench_gpu invocation (run_logged, at most BENCH_TIMEOUT).
 run_bench() {
     local name=$1
     shift
-    RUN_ORDER+=("$name")
-    echo "+ chorus_bench_gpu $* --csv $RESULTS_DIR/$name.csv"
-    set +e
-    timeout -k 10 "$BENCH_TIMEOUT" "$BENCH" "$@" --csv "$RESULTS_DIR/$name.csv" 2>&1 | tee "$RESULTS_DIR/$name.log"
-    RUN_RC[$name]=${PIPESTATUS[0]}
-    set -e
+    run_logged "$name" "$BENCH_TIMEOUT" "$BENCH" "$@" --csv "$RESULTS_DIR/$name.csv"
 }
 
 LARGE=(-b 1M -e 256M -f 2)
@@ -310,6 +494,7 @@ run_bench g_allreduce_automatic_ring --ranks 8 --collectives all_reduce -d float
     --channels 1 --chunk 256K "${G_SIZES[@]}"
 run_bench g_allreduce_direct_default --ranks 8 --collectives all_reduce -d float --algo direct \
     --channels 1 --chunk 1M "${G_SIZES[@]}"
+fi # (not --summarize)
 
 # --- summary -----------------------------------------------------------------------------
 csv() { # csv NAME: the rows of NAME.csv without the header (nothing if absent)
@@ -321,15 +506,30 @@ csv() { # csv NAME: the rows of NAME.csv without the header (nothing if absent)
 # 8 node_size, 9 graph (-G: timed graph launches, 0 eager), 10 iters, 11 warmup, 12 size_bytes
 # (nccl-tests' size: AllGather/ReduceScatter the whole buffer), 13 count, 14 time_us, 15 algbw,
 # 16 busbw, 17 moved_bytes, 18 moved_gbps, 19 copy_gbps, 20 copy_ratio, 21 wrong,
-# 22 chosen (the algorithm that ran: automatic's pick, else the algo itself)
+# 22 chosen (the algorithm that ran: automatic's pick, else the algo itself), 23 processes (MPI
+# processes, one rank each with --processes; 1 for virtual ranks), 24 buffers (device: cudaMalloc
+# read by peers directly; registered: comm.alloc, zero-copy; staged: cudaMalloc, staged).
+# ranks (6) = every rank of the collective (with --processes, the processes); devices (7) = distinct
+# CUDA devices among them; copy_gbps (19) = the D2D copy bandwidth (read + write) measured in the
+# same run, summed over those devices; copy_ratio (20) = moved_gbps / copy_gbps.
 S256=268435456
 
-COPY_GBPS=$(csv a_allreduce_ring | awk -F, 'NR == 1 { printf "%.1f", $19 }')
-# Best moved/copy at 256 MiB over the ring tunings, and which.
-AR_RATIO=$(csv a_allreduce_ring | awk -F, -v s=$S256 '$1 == "all_reduce" && $12 == s && $20 > best {
-    best = $20; how = sprintf("%.3f (busbw %.1f GB/s, ring channels=%s chunk=%dK)", $20, $16, $4, $5 / 1024) }
-    END { if (how != "") print how }')
+copy_of() { # copy_of NAME: the run's copy bandwidth, GB/s
+    csv "$1" | awk -F, 'NR == 1 { printf "%.1f", $19 }'
+}
+COPY_GBPS=$(copy_of a_allreduce_ring)
+best_ratio() { # best_ratio NAME: the best AllReduce moved/copy at 256 MiB over the run's tunings, and which
+    csv "$1" | awk -F, -v s=$S256 '$1 == "all_reduce" && $12 == s && $20 + 0 > best + 0 {
+        best = $20; how = sprintf("%.3f (busbw %.1f GB/s, %.2f ms, ring channels=%s chunk=%dK)", $20, $16, $14 / 1000, $4, $5 / 1024) }
+        END { if (how != "") print how }'
+}
+# Best moved/copy at 256 MiB over the ring tunings, and which: 8 virtual ranks (a), 8 processes (p, q).
+AR_RATIO=$(best_ratio a_allreduce_ring)
 AR_RATIO_NUM=${AR_RATIO%% *}
+PAR_RATIO=$(best_ratio p_allreduce_ring)
+PAR_RATIO_NUM=${PAR_RATIO%% *}
+PAR_STAGED=$(best_ratio q_allreduce_ring_staged)
+PCOPY_GBPS=$(copy_of p_allreduce_ring)
 # Direct: per tuning the worst time over the sweep; then the best tuning.
 small_worst() {
     csv "$1" | awk -F, '{ key = $4 "," $5; if (!(key in worst) || $14 > worst[key]) worst[key] = $14 }
@@ -371,6 +571,24 @@ target() { # target VALUE OP LIMIT
     awk -v v="$1" -v l="$3" -v op="$2" 'BEGIN { ok = op == ">=" ? v >= l : v <= l; print ok ? "MET" : "NOT MET" }'
 }
 
+# The results file: every CSV of this run, one JSON row per CSV row.
+RESULTS_JSON=$RESULTS_DIR/gpu-$(date -u +%F).json
+JSON_CSVS=()
+for name in "${RUN_ORDER[@]}"; do
+    [[ -f $RESULTS_DIR/$name.csv ]] && JSON_CSVS+=("$RESULTS_DIR/$name.csv")
+done
+if bash "$SCRIPT_DIR/gpu_results_json.sh" --date "$(date -u +%F)" --card "$CARD" "${JSON_CSVS[@]}" >"$RESULTS_JSON"; then
+    JSON_STATUS="$RESULTS_JSON ($(grep -c '"collective"' "$RESULTS_JSON" || true) rows; copy it to benchmarks/results/)"
+else
+    JSON_STATUS="FAILED to write $RESULTS_JSON"
+fi
+echo "gpu_check: results JSON: $JSON_STATUS"
+
+PROCESS_FAILED=0
+for np in "${PROCESS_NPS[@]}"; do
+    [[ ${PROCESS_STATUS[$np]} == FAILED* ]] && PROCESS_FAILED=1
+done
+
 BENCH_FAILED=()
 for name in "${RUN_ORDER[@]}"; do
     [[ ${RUN_RC[$name]} == 0 ]] || BENCH_FAILED+=("$name (exit ${RUN_RC[$name]})")
@@ -384,38 +602,65 @@ done
 {
     echo
     echo "================ gpu_check summary ================"
-    printf '%-44s %s\n' "results" "$RESULTS_DIR"
-    printf '%-44s %s\n' "GPUs / CMAKE_CUDA_ARCHITECTURES" "$NGPU / $CUDA_ARCH"
-    if ((USE_PREBUILT)); then
-        printf '%-44s %s\n' "build" "prebuilt ($BUILD_DIR)"
+    printf '%-48s %s\n' "results" "$RESULTS_DIR"
+    printf '%-48s %s\n' "GPUs / CMAKE_CUDA_ARCHITECTURES" "$NGPU / $CUDA_ARCH"
+    if ((SUMMARIZE)); then
+        printf '%-48s %s\n' "build" "not run (--summarize)"
+    elif ((USE_PREBUILT)); then
+        printf '%-48s %s\n' "build" "prebuilt ($BUILD_DIR)"
     else
-        printf '%-44s %s\n' "build (${TARGETS[*]})" "${BUILD_SECS} s"
+        printf '%-48s %s\n' "build (${TARGETS[*]})" "${BUILD_SECS} s"
     fi
-    printf '%-44s %s\n' "GPU suite" "$SUITE_STATUS"
-    printf '%-44s %s\n' "device pointers refused (host compiler)" "$POINTER_STATUS"
-    printf '%-44s %s\n' "one process per GPU (mpiexec, device 0)" "$PROCESS_STATUS"
+    printf '%-48s %s\n' "GPU suite" "$SUITE_STATUS"
+    printf '%-48s %s\n' "device pointers refused (host compiler)" "$POINTER_STATUS"
+    if ((${#PROCESS_NPS[@]} == 0)); then
+        printf '%-48s %s\n' "one process per GPU test (chorus_gpu_process)" "not run"
+    fi
+    for np in "${PROCESS_NPS[@]}"; do
+        printf '%-48s %s\n' "one process per GPU test, $np processes" "${PROCESS_STATUS[$np]}"
+    done
+    printf '%-48s %s\n' "processes sharing the GPU: MPS" "$MPS_STATE"
     if ((${#BENCH_FAILED[@]})); then
-        printf '%-44s %s\n' "benchmark runs" "FAILED: ${BENCH_FAILED[*]}"
+        printf '%-48s %s\n' "benchmark runs" "FAILED: ${BENCH_FAILED[*]}"
     else
-        printf '%-44s %s\n' "benchmark runs" "${#RUN_ORDER[@]} ok"
+        printf '%-48s %s\n' "benchmark runs" "${#RUN_ORDER[@]} ok"
     fi
-    printf '%-44s %s\n' "benchmark #wrong (all runs)" "$WRONG"
-    printf '%-44s %s\n' "copy bandwidth (D2D 256 MiB, read+write)" "${COPY_GBPS:-n/a} GB/s"
-    printf '%-44s %-52s target >= 0.70: %s\n' "AllReduce 8x256 MiB moved/copy" "${AR_RATIO:-n/a}" \
+    printf '%-48s %s\n' "benchmark #wrong (all runs)" "$WRONG"
+    printf '%-48s %s\n' "copy bandwidth (D2D 256 MiB, read+write)" "${COPY_GBPS:-n/a} GB/s"
+    printf '%-48s %-52s target >= 0.70: %s\n' "AllReduce 8 virtual ranks x 256 MiB moved/copy" "${AR_RATIO:-n/a}" \
         "$(target "$AR_RATIO_NUM" '>=' 0.70)"
-    printf '%-44s %-52s target <= 15 us: %s\n' "AllReduce 8 ranks direct, worst 8 B..64 KiB" "${DIRECT_WORST:-n/a}" \
-        "$(target "$DIRECT_WORST_NUM" '<=' 15)"
-    printf '%-44s %s\n' "AllGather 8x256 MiB (ring)" "$(at256 c_allgather_reducescatter_ring all_gather)"
-    printf '%-44s %s\n' "ReduceScatter 8x256 MiB (ring)" "$(at256 c_allgather_reducescatter_ring reduce_scatter)"
-    printf '%-44s %s\n' "AllReduce bf16 8x256 MiB (ring)" "$(at256 d_allreduce_bf16_ring all_reduce)"
-    printf '%-44s %s\n' "AllReduce bf16 8 ranks direct, worst small" "$(small_worst d_allreduce_bf16_direct_small)"
-    if ((NGPU > 1)); then
-        printf '%-44s %s\n' "AllReduce 1 rank/device x256 MiB (ring)" "$(at256 e_devices_ring all_reduce)"
-        printf '%-44s %s\n' "AllReduce 1 rank/device direct, worst small" "$(small_worst e_devices_direct_small)"
+    if ((!SUMMARIZE)); then
+        printf '%-48s %s\n' "benchmark --processes (8 processes)" "$PBENCH_STATE"
     fi
-    printf '%-44s %s\n' "AllReduce 8 ranks automatic: its picks" "${AUTO_PICKS:-n/a}"
-    printf '%-44s %s\n' "automatic vs faster of ring<>/direct<>" "${AUTO_VS:-n/a}"
-    printf '%-44s %s\n' "wall time" "$(($(date +%s) - START)) s"
+    printf '%-48s %s\n' "copy bandwidth, processes run (device 0)" "${PCOPY_GBPS:-n/a} GB/s"
+    printf '%-48s %-52s target >= 0.70: %s\n' "AllReduce 8 processes x 256 MiB moved/copy" "${PAR_RATIO:-n/a}" \
+        "$(target "$PAR_RATIO_NUM" '>=' 0.70)"
+    printf '%-48s %s\n' "AllReduce 8 processes x 256 MiB, staged" "${PAR_STAGED:-n/a}"
+    printf '%-48s %s\n' "AllGather 8 processes x 256 MiB (ring)" "$(at256 r_allgather_reducescatter_ring all_gather)"
+    printf '%-48s %s\n' "ReduceScatter 8 processes x 256 MiB (ring)" \
+        "$(at256 r_allgather_reducescatter_ring reduce_scatter)"
+    printf '%-48s %-52s target <= 15 us: %s\n' "AllReduce 8 ranks direct, worst 8 B..64 KiB" "${DIRECT_WORST:-n/a}" \
+        "$(target "$DIRECT_WORST_NUM" '<=' 15)"
+    printf '%-48s %s\n' "AllGather 8x256 MiB (ring)" "$(at256 c_allgather_reducescatter_ring all_gather)"
+    printf '%-48s %s\n' "ReduceScatter 8x256 MiB (ring)" "$(at256 c_allgather_reducescatter_ring reduce_scatter)"
+    printf '%-48s %s\n' "AllReduce bf16 8x256 MiB (ring)" "$(at256 d_allreduce_bf16_ring all_reduce)"
+    printf '%-48s %s\n' "AllReduce bf16 8 ranks direct, worst small" "$(small_worst d_allreduce_bf16_direct_small)"
+    if ((NGPU > 1)); then
+        printf '%-48s %s\n' "AllReduce 1 rank/device x256 MiB (ring)" "$(at256 e_devices_ring all_reduce)"
+        printf '%-48s %s\n' "AllReduce 1 rank/device direct, worst small" "$(small_worst e_devices_direct_small)"
+    fi
+    printf '%-48s %s\n' "AllReduce 8 ranks automatic: its picks" "${AUTO_PICKS:-n/a}"
+    printf '%-48s %s\n' "automatic vs faster of ring<>/direct<>" "${AUTO_VS:-n/a}"
+    if ((${#BUDGET_SKIPPED[@]})); then
+        printf '%-48s %s\n' "NOT RUN (GPU_CHECK_BUDGET=$GPU_CHECK_BUDGET s spent)" "${BUDGET_SKIPPED[*]}"
+    fi
+    printf '%-48s %s\n' "results JSON" "$JSON_STATUS"
+    printf '%-48s %s\n' "wall time" "$(($(date +%s) - START)) s"
 } | tee "$RESULTS_DIR/summary.txt"
 
-[[ $SUITE_STATUS == PASSED* && $POINTER_STATUS != FAILED* && $PROCESS_STATUS != FAILED* && ${#BENCH_FAILED[@]} -eq 0 && $WRONG -eq 0 ]]
+if ((SUMMARIZE)); then
+    [[ ${#BENCH_FAILED[@]} -eq 0 && $WRONG -eq 0 ]]
+else
+    [[ $SUITE_STATUS == PASSED* && $POINTER_STATUS != FAILED* && $PROCESS_FAILED -eq 0 && ${#BENCH_FAILED[@]} -eq 0 &&
+        $WRONG -eq 0 ]]
+fi
