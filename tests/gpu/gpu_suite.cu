@@ -565,8 +565,8 @@ void exchange_forms(world& w) {
 void split_forms(const std::vector<int>& devs) {
     world w(devs);
     const int n = w.size();
-    std::vector<std::unique_ptr<chorus::gpu::communicator>> sub(std::size_t(n));
-    std::vector<std::string> errors(std::size_t(n));
+    std::vector<std::unique_ptr<chorus::gpu::communicator>> sub(static_cast<std::size_t>(n));
+    std::vector<std::string> errors(static_cast<std::size_t>(n));
     std::vector<std::thread> ts;
     for (int r = 0; r < n; ++r)
         ts.emplace_back([&, r] {

@@ -810,7 +810,7 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
     return w;
 }
 
-inline std::pair<std::shared_ptr<gpu_world>, int> detail::gpu_transport::split(int color, int key,
+inline std::pair<std::shared_ptr<detail::gpu_world>, int> detail::gpu_transport::split(int color, int key,
                                                                               std::chrono::milliseconds timeout) const {
     const std::string fn = "chorus::gpu::communicator::split";
     if (world_->proc)
