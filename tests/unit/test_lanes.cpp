@@ -20,8 +20,14 @@
 // rotating over the counts, (int8, sum), (double, avg) and, for the policies
 // that keep operand order, a non-commutative user operator; a rank that
 // never joins (timeout, abort), calls that differ in count or in policy
-// (mismatch); and the GPU backend's host-side argument checks and failure
-// reports.
+// (mismatch); the GPU backend's host-side argument checks and failure
+// reports; the exchange collectives (all_to_all, all_gatherv,
+// reduce_scatterv, all_to_allv) on 1-5 ranks x counts with zeros, uneven
+// and one large block x lanes {1, 3} x in and out of place x three
+// tunings, the counts read from a per-rank copy as on the device (the
+// caller's array overwritten before the lanes start), in sequence with
+// other collectives on one world, and counts that differ between ranks
+// (checked mode: mismatch); and split's grouping (core/split_plan.hpp).
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
