@@ -10,6 +10,9 @@
 //     (staged through the shared scratch) and mixed (even ranks
 //     registered, odd ranks staged); Barrier; calls on a user stream and
 //     on the communicator's own; one large staged AllReduce;
+//   - all_to_allv, all_gatherv, reduce_scatterv and all_to_all on
+//     buffers from comm.alloc (counts with zeros), a cudaMalloc buffer
+//     refused by name, split refused by name (not available here);
 //   - bad arguments named (`rank`, `nranks`, `device`), comm.alloc's
 //     errors and reuse after free;
 //   - a mismatch (rank 0 passes another count): every rank fails, at
@@ -285,6 +288,89 @@ void kill_test(const char* self, int n) {
 
 } // namespace
 
+// The exchange collectives on registered buffers (comm.alloc), counts
+// with zeros, on a user stream, compared exactly; a cudaMalloc buffer is
+// refused by name (these are not staged); split is refused by name.
+void exchange(chorus::gpu::communicator& comm, buffers& b, cudaStream_t st) {
+    const int n = comm.size(), r = comm.rank();
+    const std::size_t nn = std::size_t(n), ru = std::size_t(r);
+    auto check = [&](const char* what, std::uint64_t len, const std::vector<float>& want) {
+        cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+        comm.check();
+        std::vector<float> h(len);
+        cuda_ok(cudaMemcpy(h.data(), b.reg_out.data(), len * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        std::uint64_t wrong = 0;
+        for (std::uint64_t i = 0; i < len; ++i) wrong += h[i] != want[i];
+        if (wrong) fail(std::string(what) + ": " + std::to_string(wrong) + " wrong elements");
+    };
+    auto upload = [&](std::uint64_t len, auto value) {
+        std::vector<float> h(len);
+        for (std::uint64_t i = 0; i < len; ++i) h[i] = value(i);
+        cuda_ok(cudaMemcpy(b.reg_in.data(), h.data(), len * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+    };
+    try {
+        // all_to_allv: counts[q * n + p] elements from q to p, zeros included.
+        std::vector<std::size_t> mc(nn * nn);
+        for (std::size_t i = 0; i < mc.size(); ++i) mc[i] = (i / nn * 3 + i % nn * 5) % 7 * 11;
+        std::size_t sends = 0, recvs = 0;
+        for (std::size_t j = 0; j < nn; ++j) {
+            sends += mc[ru * nn + j];
+            recvs += mc[j * nn + ru];
+        }
+        upload(sends, [&](std::uint64_t i) { return value_of(r, i); });
+        std::vector<float> want;
+        for (std::size_t q = 0; q < nn; ++q) {
+            std::size_t s = 0;
+            for (std::size_t j = 0; j < ru; ++j) s += mc[q * nn + j];
+            for (std::size_t j = 0; j < mc[q * nn + ru]; ++j) want.push_back(value_of(int(q), s + j));
+        }
+        chorus::all_to_allv(comm, std::span<const float>(b.reg_in.data(), sends),
+                            std::span<float>(b.reg_out.data(), recvs), std::span<const std::size_t>(mc), st);
+        check("all_to_allv", recvs, want);
+        // all_gatherv: rank 1 contributes nothing.
+        std::vector<std::size_t> vc(nn), D(nn + 1, 0);
+        for (std::size_t q = 0; q < nn; ++q) {
+            vc[q] = q == 1 ? 0 : (q * 13 + 2) % 29 + 1;
+            D[q + 1] = D[q] + vc[q];
+        }
+        upload(vc[ru], [&](std::uint64_t i) { return value_of(r, i); });
+        want.clear();
+        for (std::size_t q = 0; q < nn; ++q)
+            for (std::size_t j = 0; j < vc[q]; ++j) want.push_back(value_of(int(q), j));
+        chorus::all_gatherv<chorus::ring<>>(comm, std::span<const float>(b.reg_in.data(), vc[ru]),
+                                            std::span<float>(b.reg_out.data(), D[nn]),
+                                            std::span<const std::size_t>(vc), st);
+        check("all_gatherv", D[nn], want);
+        // reduce_scatterv (sum)
+        upload(D[nn], [&](std::uint64_t i) { return value_of(r, i); });
+        want.clear();
+        for (std::size_t j = 0; j < vc[ru]; ++j) {
+            float x = 0.f;
+            for (int q = 0; q < n; ++q) x += value_of(q, D[ru] + j);
+            want.push_back(x);
+        }
+        chorus::reduce_scatterv(comm, std::span<const float>(b.reg_in.data(), D[nn]),
+                                std::span<float>(b.reg_out.data(), vc[ru]), std::span<const std::size_t>(vc),
+                                chorus::sum{}, st);
+        check("reduce_scatterv", vc[ru], want);
+        // all_to_all, 101 elements per block
+        const std::size_t c = 101;
+        upload(c * nn, [&](std::uint64_t i) { return value_of(r, i); });
+        want.clear();
+        for (std::size_t i = 0; i < c * nn; ++i) want.push_back(value_of(int(i / c), ru * c + i % c));
+        chorus::all_to_all<chorus::direct<>>(comm, std::span<const float>(b.reg_in.data(), c * nn),
+                                             std::span<float>(b.reg_out.data(), c * nn), st);
+        check("all_to_all", c * nn, want);
+    } catch (const chorus::error& e) {
+        fail(std::string("exchange collectives: ") + e.what());
+    }
+    expect_error("all_to_all on cudaMalloc memory", chorus::errc::invalid_argument, "comm.alloc", [&] {
+        chorus::all_to_all(comm, std::span<const float>(b.priv_in, nn), std::span<float>(b.priv_out, nn), st);
+    });
+    expect_error("split with one process per GPU", chorus::errc::invalid_argument, "split",
+                 [&] { (void)comm.split(0, r); });
+}
+
 int main(int argc, char** argv) {
     if (argc == 5 && std::string(argv[1]) == "--child") return child_main(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
     int provided = 0;
@@ -339,6 +425,7 @@ int main(int argc, char** argv) {
         matrix<chorus::ring<>>(comm, b, "ring<>", st);
         matrix<chorus::direct<>>(comm, b, "direct<>", st);
         matrix<chorus::automatic>(comm, b, "automatic", st);
+        exchange(comm, b, st);
         try {
             chorus::barrier(comm, st);
             cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize");

@@ -31,6 +31,13 @@
 //  - the public stream-ordered forms of every collective, sync and _async
 //    (futures), stream_wait, CUDA graph capture of two collectives with
 //    different policies and three replays, barrier;
+//  - the exchange collectives (all_to_all, all_gatherv, reduce_scatterv,
+//    all_to_allv; float), sync with a policy type and _async with the
+//    default, in and out of place, counts with zeros freed as soon as each
+//    call returns, exact results and guards; all_to_allv captured in a CUDA
+//    graph and replayed with new inputs; split by parity (an odd n's last
+//    rank passes -1) with an all_reduce on each new communicator, and a
+//    rank that never calls split (the others fail);
 //  - automatic with the non-commutative operator: correct results for
 //    AllReduce, ReduceScatter and Reduce up to sizes where it picks ring<>
 //    or hierarchical<> for a commutative one, and automatic::choose never
@@ -67,10 +74,13 @@
 // (CTest: Skipped): then it only proves that all of this compiles.
 #include "gpu_suite.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 int chorus_gpu_suite::g_failures = 0;
@@ -322,6 +332,312 @@ void public_forms(world& w) {
         EXPECT(all_equal(w, bcast, 0, c, float(root + 1)), "broadcast (%s) on %d ranks", form, n);
         EXPECT(all_equal(w, reduced, 0, c, total, root), "reduce (%s) on %d ranks", form, n);
         g_cases += 4;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The exchange collectives: all_to_all, all_to_allv, all_gatherv,
+// reduce_scatterv (float; the counts through the rank's device counts area)
+// ---------------------------------------------------------------------------
+
+//! One device buffer per rank holding `h[r]` (the host vectors), plus 4
+//! guard elements of -7 at the end.
+std::vector<dev_buf<float>> upload_all(world& w, const std::vector<std::vector<float>>& h) {
+    std::vector<dev_buf<float>> b;
+    for (int r = 0; r < w.size(); ++r) {
+        w.set_device(r);
+        std::vector<float> v = h[std::size_t(r)];
+        v.insert(v.end(), 4, -7.f);
+        b.emplace_back(v.size());
+        b.back().upload(v);
+    }
+    return b;
+}
+
+//! Rank r's buffer equals want[r] followed by the 4 guards (count mismatches).
+int wrong_elements(world& w, std::vector<dev_buf<float>>& b, const std::vector<std::vector<float>>& want) {
+    int wrong = 0;
+    for (int r = 0; r < w.size(); ++r) {
+        w.set_device(r);
+        const std::vector<float> h = b[std::size_t(r)].download();
+        const std::vector<float>& x = want[std::size_t(r)];
+        for (std::size_t i = 0; i < h.size(); ++i) wrong += h[i] != (i < x.size() ? x[i] : -7.f);
+    }
+    return wrong;
+}
+
+//! The four exchange collectives on `w`, each out of place and in place,
+//! sync with a policy type and _async with the default, with counts that
+//! include zeros and are freed as soon as each call returns; then
+//! all_to_allv captured in a CUDA graph and replayed with new inputs.
+void exchange_forms(world& w) {
+    using chorus::direct;
+    using chorus::ring;
+    const int n = w.size();
+    const std::size_t nn = std::size_t(n);
+    auto val = [](int r, std::size_t i) { return float(r * 10000 + int(i)); };
+    // counts: AllGatherV / ReduceScatterV (rank 1 contributes nothing), AllToAllV (symmetric, zeros on
+    // part of the diagonal, so every rank sends what it receives and the call can run in place).
+    std::vector<std::size_t> vc(nn), mc(nn * nn);
+    for (std::size_t q = 0; q < nn; ++q) vc[q] = q == 1 ? 0 : (q * 37 + 5) % 50 + 1;
+    for (std::size_t a = 0; a < nn; ++a)
+        for (std::size_t b = 0; b < nn; ++b) mc[a * nn + b] = (std::min(a, b) * 3 + std::max(a, b) * 5) % 9 * 7;
+    std::vector<std::size_t> D(nn + 1, 0);
+    for (std::size_t q = 0; q < nn; ++q) D[q + 1] = D[q] + vc[q];
+    const std::size_t total = D[nn];
+    const std::size_t c = 129; // AllToAll block
+    for (bool async : {false, true}) {
+        for (bool in_place : {false, true}) {
+            const char* form = async ? "_async" : "sync";
+            const char* where = in_place ? "in place" : "out of place";
+            // --- all_to_all
+            {
+                std::vector<std::vector<float>> in(nn), want(nn), out0(nn, std::vector<float>(c * nn, -1.f));
+                for (int r = 0; r < n; ++r)
+                    for (std::size_t i = 0; i < c * nn; ++i) {
+                        in[std::size_t(r)].push_back(val(r, i));
+                        want[std::size_t(r)].push_back(val(int(i / c), std::size_t(r) * c + i % c));
+                    }
+                auto ib = upload_all(w, in);
+                auto ob = upload_all(w, out0);
+                std::vector<chorus::future> fs;
+                for (int r = 0; r < n; ++r) {
+                    float* ip = ib[std::size_t(r)].data();
+                    float* op = in_place ? ip : ob[std::size_t(r)].data();
+                    const std::span<const float> i(ip, c * nn);
+                    const std::span<float> o(op, c * nn);
+                    if (async) fs.push_back(chorus::all_to_all_async(w.comm(r), i, o, w.stream(r)));
+                    else chorus::all_to_all<direct<chorus::direct_params{2, 256}>>(w.comm(r), i, o, w.stream(r));
+                }
+                for (auto& f : fs) f.wait();
+                w.sync();
+                EXPECT(wrong_elements(w, in_place ? ib : ob, want) == 0, "all_to_all (%s, %s) on %d ranks", form,
+                       where, n);
+                ++g_cases;
+            }
+            // --- all_gatherv: out = in_0 | in_1 | ... (in place: in is block r of out)
+            {
+                std::vector<std::vector<float>> in(nn), out0(nn, std::vector<float>(total, -1.f)), want(nn);
+                for (int r = 0; r < n; ++r) {
+                    for (std::size_t j = 0; j < vc[std::size_t(r)]; ++j) in[std::size_t(r)].push_back(val(r, j));
+                    if (in_place)
+                        for (std::size_t j = 0; j < vc[std::size_t(r)]; ++j)
+                            out0[std::size_t(r)][D[std::size_t(r)] + j] = val(r, j);
+                    for (std::size_t q = 0; q < nn; ++q)
+                        for (std::size_t j = 0; j < vc[q]; ++j) want[std::size_t(r)].push_back(val(int(q), j));
+                }
+                auto ib = upload_all(w, in);
+                auto ob = upload_all(w, out0);
+                std::vector<chorus::future> fs;
+                for (int r = 0; r < n; ++r) {
+                    const std::vector<std::size_t> counts = vc; // freed when the call has returned
+                    float* op = ob[std::size_t(r)].data();
+                    const float* ip = in_place ? op + D[std::size_t(r)] : ib[std::size_t(r)].data();
+                    const std::span<const float> i(ip, vc[std::size_t(r)]);
+                    const std::span<float> o(op, total);
+                    if (async) fs.push_back(chorus::all_gatherv_async(w.comm(r), i, o, counts, w.stream(r)));
+                    else chorus::all_gatherv<ring<chorus::ring_params{3, 64}>>(w.comm(r), i, o, counts, w.stream(r));
+                }
+                for (auto& f : fs) f.wait();
+                w.sync();
+                EXPECT(wrong_elements(w, ob, want) == 0, "all_gatherv (%s, %s) on %d ranks", form, where, n);
+                ++g_cases;
+            }
+            // --- reduce_scatterv (sum): out = block r of the sum (in place: out is block r of in)
+            {
+                std::vector<std::vector<float>> in(nn), out0(nn), want(nn), want_in(nn);
+                for (int r = 0; r < n; ++r) {
+                    for (std::size_t i = 0; i < total; ++i) in[std::size_t(r)].push_back(float(r + 1 + int(i % 7)));
+                    out0[std::size_t(r)].assign(vc[std::size_t(r)], -1.f);
+                    for (std::size_t j = 0; j < vc[std::size_t(r)]; ++j)
+                        want[std::size_t(r)].push_back(
+                            float(n * (n + 1) / 2 + n * int((D[std::size_t(r)] + j) % 7)));
+                    want_in[std::size_t(r)] = in[std::size_t(r)];
+                    for (std::size_t j = 0; j < vc[std::size_t(r)]; ++j)
+                        want_in[std::size_t(r)][D[std::size_t(r)] + j] = want[std::size_t(r)][j];
+                }
+                auto ib = upload_all(w, in);
+                auto ob = upload_all(w, out0);
+                std::vector<chorus::future> fs;
+                for (int r = 0; r < n; ++r) {
+                    const std::vector<std::size_t> counts = vc;
+                    float* ip = ib[std::size_t(r)].data();
+                    float* op = in_place ? ip + D[std::size_t(r)] : ob[std::size_t(r)].data();
+                    const std::span<const float> i(ip, total);
+                    const std::span<float> o(op, vc[std::size_t(r)]);
+                    if (async)
+                        fs.push_back(chorus::reduce_scatterv_async(w.comm(r), i, o, counts, chorus::sum{}, w.stream(r)));
+                    else chorus::reduce_scatterv<direct<>>(w.comm(r), i, o, counts, chorus::sum{}, w.stream(r));
+                }
+                for (auto& f : fs) f.wait();
+                w.sync();
+                EXPECT(wrong_elements(w, in_place ? ib : ob, in_place ? want_in : want) == 0,
+                       "reduce_scatterv (%s, %s) on %d ranks", form, where, n);
+                ++g_cases;
+            }
+            // --- all_to_allv
+            {
+                std::vector<std::vector<float>> in(nn), out0(nn), want(nn);
+                for (std::size_t r = 0; r < nn; ++r) {
+                    std::size_t sends = 0;
+                    for (std::size_t j = 0; j < nn; ++j) sends += mc[r * nn + j];
+                    for (std::size_t i = 0; i < sends; ++i) in[r].push_back(val(int(r), i));
+                    for (std::size_t q = 0; q < nn; ++q) {
+                        std::size_t s = 0; // where q's block for r starts in q's `in`
+                        for (std::size_t j = 0; j < r; ++j) s += mc[q * nn + j];
+                        for (std::size_t j = 0; j < mc[q * nn + r]; ++j) want[r].push_back(val(int(q), s + j));
+                    }
+                    out0[r].assign(want[r].size(), -1.f);
+                }
+                auto ib = upload_all(w, in);
+                auto ob = upload_all(w, out0);
+                std::vector<chorus::future> fs;
+                for (int r = 0; r < n; ++r) {
+                    const std::vector<std::size_t> counts = mc;
+                    float* ip = ib[std::size_t(r)].data();
+                    float* op = in_place ? ip : ob[std::size_t(r)].data();
+                    const std::span<const float> i(ip, in[std::size_t(r)].size());
+                    const std::span<float> o(op, want[std::size_t(r)].size());
+                    if (async) fs.push_back(chorus::all_to_allv_async(w.comm(r), i, o, counts, w.stream(r)));
+                    else chorus::all_to_allv<ring<chorus::ring_params{2, 128}>>(w.comm(r), i, o, counts, w.stream(r));
+                }
+                for (auto& f : fs) f.wait();
+                w.sync();
+                EXPECT(wrong_elements(w, in_place ? ib : ob, want) == 0, "all_to_allv (%s, %s) on %d ranks", form,
+                       where, n);
+                ++g_cases;
+            }
+        }
+    }
+    // CUDA graphs: all_to_allv captured per rank (the counts vector is gone
+    // before the replays), replayed twice with new inputs.
+    {
+        std::vector<std::vector<float>> in(nn), want(nn);
+        std::vector<std::size_t> sends(nn, 0), recvs(nn, 0);
+        for (std::size_t r = 0; r < nn; ++r)
+            for (std::size_t j = 0; j < nn; ++j) {
+                sends[r] += mc[r * nn + j];
+                recvs[r] += mc[j * nn + r];
+            }
+        std::vector<std::vector<float>> out0(nn);
+        for (std::size_t r = 0; r < nn; ++r) out0[r].assign(recvs[r], -1.f);
+        for (std::size_t r = 0; r < nn; ++r) in[r].assign(sends[r], 0.f);
+        auto ib = upload_all(w, in);
+        auto ob = upload_all(w, out0);
+        std::vector<cudaGraphExec_t> execs(nn);
+        for (int r = 0; r < n; ++r) {
+            w.set_device(r);
+            cudaGraph_t g;
+            const std::vector<std::size_t> counts = mc;
+            cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
+            chorus::all_to_allv<direct<chorus::direct_params{2, 256}>>(
+                w.comm(r), std::span<const float>(ib[std::size_t(r)].data(), sends[std::size_t(r)]),
+                std::span<float>(ob[std::size_t(r)].data(), recvs[std::size_t(r)]), counts, w.stream(r));
+            cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
+            cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
+            cudaGraphDestroy(g);
+        }
+        for (int rep = 0; rep < 2; ++rep) {
+            for (std::size_t r = 0; r < nn; ++r) {
+                in[r].clear();
+                for (std::size_t i = 0; i < sends[r]; ++i) in[r].push_back(val(int(r), i) + float(rep));
+                w.set_device(int(r));
+                ib[r].upload(in[r]);
+                want[r].clear();
+                for (std::size_t q = 0; q < nn; ++q) {
+                    std::size_t s = 0;
+                    for (std::size_t j = 0; j < r; ++j) s += mc[q * nn + j];
+                    for (std::size_t j = 0; j < mc[q * nn + r]; ++j) want[r].push_back(val(int(q), s + j) + float(rep));
+                }
+            }
+            for (int r = 0; r < n; ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
+            w.sync();
+            EXPECT(wrong_elements(w, ob, want) == 0, "all_to_allv graph replay %d on %d ranks", rep, n);
+            ++g_cases;
+        }
+        for (auto e : execs) cudaGraphExecDestroy(e);
+    }
+}
+
+// split: every rank on its own host thread (split blocks until all came);
+// colors by parity (odd n: the last rank passes -1 and gets nullptr), keys
+// reversing the order; an all_reduce on each new communicator.
+void split_forms(const std::vector<int>& devs) {
+    world w(devs);
+    const int n = w.size();
+    const int failures_before = g_failures;
+    std::vector<std::unique_ptr<chorus::gpu::communicator>> sub(static_cast<std::size_t>(n));
+    std::vector<std::string> errors(static_cast<std::size_t>(n));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < n; ++r)
+        ts.emplace_back([&, r] {
+            try {
+                const int color = (n % 2 == 1 && r == n - 1) ? -1 : r % 2;
+                sub[std::size_t(r)] = w.comm(r).split(color, n - r);
+            } catch (const chorus::error& e) {
+                errors[std::size_t(r)] = e.what();
+            }
+        });
+    for (auto& t : ts) t.join();
+    for (int r = 0; r < n; ++r) EXPECT(errors[std::size_t(r)].empty(), "split on rank %d: %s", r, errors[std::size_t(r)].c_str());
+    if (g_failures != failures_before) return;
+    for (int r = 0; r < n; ++r) {
+        const bool none = n % 2 == 1 && r == n - 1;
+        EXPECT((sub[std::size_t(r)] == nullptr) == none, "split: rank %d %s a communicator", r, none ? "got" : "lacks");
+    }
+    // Color c holds the ranks r % 2 == c (but an odd n's last), in decreasing old rank.
+    std::vector<std::vector<int>> members(2);
+    for (int r = n - 1; r >= 0; --r)
+        if (!(n % 2 == 1 && r == n - 1)) members[std::size_t(r % 2)].push_back(r);
+    const std::uint64_t count = 1031;
+    std::vector<dev_buf<float>> bufs;
+    std::vector<cudaStream_t> streams(std::size_t(n), nullptr);
+    for (int r = 0; r < n; ++r) {
+        w.set_device(r);
+        bufs.emplace_back(count);
+        bufs.back().upload(std::vector<float>(count, float(r + 1)));
+        auto* c = sub[std::size_t(r)].get();
+        if (!c) continue;
+        const auto& m = members[std::size_t(r % 2)];
+        EXPECT(c->size() == int(m.size()), "split: rank %d's communicator has %d ranks, want %zu", r, c->size(), m.size());
+        EXPECT(c->rank() == int(std::find(m.begin(), m.end(), r) - m.begin()), "split: rank %d has new rank %d", r,
+               c->rank());
+        cuda_ok(cudaStreamCreateWithFlags(&streams[std::size_t(r)], cudaStreamNonBlocking), "cudaStreamCreate");
+        chorus::all_reduce(*c, std::span<float>(bufs.back().data(), count), chorus::sum{}, streams[std::size_t(r)]);
+    }
+    for (int r = 0; r < n; ++r) {
+        if (!sub[std::size_t(r)]) continue;
+        w.set_device(r);
+        cuda_ok(cudaStreamSynchronize(streams[std::size_t(r)]), "cudaStreamSynchronize");
+        sub[std::size_t(r)]->check();
+        float want = 0;
+        for (int q : members[std::size_t(r % 2)]) want += float(q + 1);
+        const std::vector<float> h = bufs[std::size_t(r)].download();
+        bool ok = true;
+        for (float x : h) ok = ok && x == want;
+        EXPECT(ok, "split: all_reduce on rank %d's new communicator: want %f", r, double(want));
+        cudaStreamDestroy(streams[std::size_t(r)]);
+    }
+    g_cases += 2;
+    // A rank that never calls split: the others fail (timeout or aborted), never hang.
+    {
+        world w2(devs);
+        for (int r = 0; r < n; ++r) w2.comm(r).set_timeout(std::chrono::milliseconds(500));
+        std::vector<int> failed(std::size_t(n), 0);
+        std::vector<std::thread> ts2;
+        for (int r = 0; r + 1 < n; ++r)
+            ts2.emplace_back([&, r] {
+                try {
+                    (void)w2.comm(r).split(0, r);
+                } catch (const chorus::error& e) {
+                    failed[std::size_t(r)] = e.code() == chorus::errc::timeout || e.code() == chorus::errc::aborted;
+                }
+            });
+        for (auto& t : ts2) t.join();
+        bool all = true;
+        for (int r = 0; r + 1 < n; ++r) all = all && failed[std::size_t(r)];
+        EXPECT(all, "split with rank %d missing: the others fail", n - 1);
+        ++g_cases;
     }
 }
 
@@ -723,6 +1039,13 @@ void run_all(const std::vector<int>& devs, bool quick, const std::vector<pair_ca
     run_policies(devs, quick, all, core);
     on_fresh_world("futures, stream_wait, graphs, barrier", devs, {}, [&](world& w) { async_and_graphs(w); });
     on_fresh_world("public stream-ordered forms", devs, {}, [&](world& w) { public_forms(w); });
+    on_fresh_world("exchange collectives", devs, {}, [&](world& w) { exchange_forms(w); });
+    try {
+        split_forms(devs);
+    } catch (const chorus::error& e) {
+        ++g_failures;
+        std::printf("FAIL split on %d ranks: %s\n", n, e.what());
+    }
     // full: up to 8 MB, where automatic would pick ring<> for a commutative operator on 2-3 ranks
     on_fresh_world("automatic, non-commutative operator", devs, {},
                    [&](world& w) { non_commutative_automatic(w, !quick && n <= 3); });

@@ -20,8 +20,14 @@
 // rotating over the counts, (int8, sum), (double, avg) and, for the policies
 // that keep operand order, a non-commutative user operator; a rank that
 // never joins (timeout, abort), calls that differ in count or in policy
-// (mismatch); and the GPU backend's host-side argument checks and failure
-// reports.
+// (mismatch); the GPU backend's host-side argument checks and failure
+// reports; the exchange collectives (all_to_all, all_gatherv,
+// reduce_scatterv, all_to_allv) on 1-5 ranks x counts with zeros, uneven
+// and one large block x lanes {1, 3} x in and out of place x three
+// tunings, the counts read from a per-rank copy as on the device (the
+// caller's array overwritten before the lanes start), in sequence with
+// other collectives on one world, and counts that differ between ranks
+// (checked mode: mismatch); and split's grouping (core/split_plan.hpp).
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
@@ -29,9 +35,11 @@
 #include "test_util.hpp"
 
 #include <chorus/backend/gpu_checks.hpp>
+#include <chorus/core/split_plan.hpp>
 #include <chorus/exec/lane_env.hpp>
 
 #include <barrier>
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -491,4 +499,353 @@ TEST_CASE("GPU backend argument checks and failure reports (host code, no GPU ne
     const error e2 = detail::gpu_fault_error(2, f.data(), 3, "");
     CHECK(e2.code() == errc::timeout);
     CHECK(std::string(e2.what()).find("timed out waiting for rank 0") != std::string::npos);
+}
+
+// --- the exchange collectives (AllToAll, AllGatherV, ReduceScatterV,
+// AllToAllV) on the lane executor, as the GPU backend runs them: the
+// schedule is planned on the caller's counts, then its counts pointer is
+// moved to a per-rank copy (the GPU: the rank's device counts area, filled
+// by the counts kernel) and the caller's array is overwritten before the
+// lanes start, so a read of it would show as wrong results. The call's
+// signature carries the sum of the counts and their fingerprint, as
+// gpu_transport::enqueue sets it.
+
+namespace {
+
+struct exchange_run {
+    collective coll = collective::all_to_all;
+    int n = 1;
+    std::uint64_t count = 0;            // AllToAll: elements per block
+    std::vector<std::uint64_t> counts;  // the v-collectives: n or n * n entries
+};
+
+// Per-rank lengths of `in` and `out`, and the prefix sums D (AllGatherV,
+// ReduceScatterV).
+struct exchange_geometry {
+    std::vector<std::uint64_t> in_len, out_len, displ;
+    std::uint64_t total = 0;
+};
+
+exchange_geometry geometry_of(const exchange_run& x) {
+    const std::size_t n = std::size_t(x.n);
+    exchange_geometry g;
+    g.in_len.assign(n, 0);
+    g.out_len.assign(n, 0);
+    g.displ.assign(n + 1, 0);
+    for (std::uint64_t k : x.counts) g.total += k;
+    for (std::size_t r = 0; r < n; ++r) {
+        switch (x.coll) {
+        case collective::all_to_all: g.in_len[r] = g.out_len[r] = x.count * n; break;
+        case collective::all_gatherv:
+            g.in_len[r] = x.counts[r];
+            g.out_len[r] = g.total;
+            break;
+        case collective::reduce_scatterv:
+            g.in_len[r] = g.total;
+            g.out_len[r] = x.counts[r];
+            break;
+        default:
+            for (std::size_t j = 0; j < n; ++j) {
+                g.in_len[r] += x.counts[r * n + j];
+                g.out_len[r] += x.counts[j * n + r];
+            }
+        }
+        if (x.coll == collective::all_gatherv || x.coll == collective::reduce_scatterv)
+            g.displ[r + 1] = g.displ[r] + x.counts[r];
+    }
+    return g;
+}
+
+// What element i of rank r's `out` must hold.
+template <class T, class Op>
+T exchange_want(const exchange_run& x, const exchange_geometry& g, int r, std::uint64_t i, Op op) {
+    const std::uint64_t n = std::uint64_t(x.n);
+    switch (x.coll) {
+    case collective::all_to_all: return value_of<T>(int(i / x.count), std::uint64_t(r) * x.count + i % x.count);
+    case collective::all_gatherv: {
+        int q = 0;
+        while (i >= g.displ[std::size_t(q) + 1]) ++q;
+        return value_of<T>(q, i - g.displ[std::size_t(q)]);
+    }
+    case collective::reduce_scatterv: {
+        const std::uint64_t j = g.displ[std::size_t(r)] + i;
+        T want = value_of<T>(0, j);
+        for (int q = 1; q < x.n; ++q) want = op(want, value_of<T>(q, j));
+        return detail::finish(op, want, x.n);
+    }
+    default: { // AllToAllV: out[O_q + j] = q.in[S_q + j]
+        std::uint64_t o = 0;
+        for (std::uint64_t q = 0; q < n; ++q) {
+            const std::uint64_t len = x.counts[q * n + std::uint64_t(r)];
+            if (i < o + len) {
+                std::uint64_t s = 0;
+                for (std::uint64_t j = 0; j < std::uint64_t(r); ++j) s += x.counts[q * n + j];
+                return value_of<T>(int(q), s + (i - o));
+            }
+            o += len;
+        }
+        return T{};
+    }
+    }
+}
+
+// Runs one exchange collective on the lanes, checks every rank's `out`
+// element by element, that nothing past it was written, and (out of
+// place) that `in` is unchanged. `differ`: rank n-1 passes counts that
+// differ in one entry (checked mode: every rank must fail, one at least
+// with a mismatch).
+template <class T, class Op>
+void check_exchange(const named_policy& p, const exchange_run& x, int lanes, bool in_place, Op op,
+                    lane_world_host* reuse = nullptr, bool differ = false) {
+    const char* type = element_traits<T>::name();
+    const std::string what = std::string(p.name) + " " + collective_name(x.coll) + " " + type + " " +
+                             op_traits<Op>::name() + (in_place ? " in place" : "");
+    CAPTURE(what);
+    const int n = x.n;
+    const std::size_t nn = std::size_t(n);
+    lane_world_host fresh(reuse ? 0 : n);
+    lane_world_host& w = reuse ? *reuse : fresh;
+    const exchange_geometry g = geometry_of(x);
+    const T sentinel = T(100);
+    std::vector<std::vector<T>> inb(nn), outb(nn), scratch(nn);
+    std::vector<const T*> in(nn);
+    std::vector<T*> out(nn);
+    for (int r = 0; r < n; ++r) {
+        const std::size_t ru = std::size_t(r);
+        const std::size_t off = ru % 3; // misalign by 0, 1, 2 elements
+        const std::uint64_t room = std::max(g.in_len[ru], g.out_len[ru]) + g.total;
+        inb[ru].assign(off + room + 8, sentinel);
+        outb[ru].assign(off + room + 8, sentinel);
+        T* ib = inb[ru].data() + off;
+        T* ob = outb[ru].data() + off;
+        for (std::uint64_t i = 0; i < g.in_len[ru]; ++i) ib[i] = value_of<T>(r, i);
+        in[ru] = ib;
+        out[ru] = ob;
+        if (in_place) {
+            switch (x.coll) {
+            case collective::all_gatherv: // in is block r of out
+                for (std::uint64_t i = 0; i < g.in_len[ru]; ++i) ob[g.displ[ru] + i] = ib[i];
+                in[ru] = ob + g.displ[ru];
+                break;
+            case collective::reduce_scatterv: out[ru] = ib + g.displ[ru]; break; // out is block r of in
+            default: out[ru] = ib; break;                                       // the same buffer
+            }
+        }
+    }
+    // Per rank: the caller's counts (overwritten once planned) and the copy
+    // the executor reads (the device counts area on a GPU).
+    std::vector<std::vector<std::uint64_t>> caller(nn, x.counts), area(nn, x.counts);
+    if (differ) {
+        caller[nn - 1][0] += 1;
+        area[nn - 1][0] += 1;
+    }
+    std::vector<detail::lane_launch<T, Op, any_schedule>> launches(nn);
+    for (int r = 0; r < n; ++r) {
+        const std::size_t ru = std::size_t(r);
+        const bool v = x.coll != collective::all_to_all;
+        schedule_args a{x.coll, r, n, 0, v ? g.in_len[ru] : x.count, sizeof(T), false, 0};
+        a.counts = v ? caller[ru].data() : nullptr;
+        a.in_place = exchange_in_place<T>(x.coll, in[ru], out[ru], r, a.counts);
+        REQUIRE(a.in_place == in_place);
+        a.commutative = op_traits<Op>::commutative;
+        auto& L = launches[ru];
+        L.sch = make_schedule(p.pol, a);
+        REQUIRE(L.sch.kind == schedule_kind::exchange);
+        scratch[ru].assign(std::size_t(L.sch.scratch_elems()) + 1, sentinel);
+        L.scratch = scratch[ru].data();
+        if (v) L.sch.exchange.counts = area[ru].data();
+        L.world = w.view();
+        L.rank = r;
+        L.in = in[ru];
+        L.out = out[ru];
+        L.sig = {};
+        std::uint64_t sum_counts = 0;
+        for (std::uint64_t k : caller[ru]) sum_counts += k;
+        L.sig.count = v ? sum_counts : x.count;
+        L.sig.counts_id = v ? detail::counts_hash(caller[ru].data(), caller[ru].size()) : 0;
+        L.sig.elem_bytes = sizeof(T);
+        L.sig.shape = detail::call_signature::make_shape(x.coll, L.sch.channels(), 0);
+        L.sig.type_id = detail::type_hash<T>();
+        L.sig.op_id = detail::type_hash<Op>();
+        L.sig.algo_id = p.pol.id();
+        L.timeout_ns = (differ ? 3000ull : 20000ull) * 1000000ull;
+        L.checked = differ;
+        L.op.set(op);
+    }
+    for (auto& c : caller) std::fill(c.begin(), c.end(), ~std::uint64_t(0) >> 8); // the caller frees its counts
+    std::vector<std::thread> threads;
+    std::vector<std::unique_ptr<chorus_test::lane_group<T>>> groups;
+    for (int r = 0; r < n; ++r) chorus_test::start_lane_groups(launches[std::size_t(r)], lanes, groups, threads);
+    for (auto& t : threads) t.join();
+    std::vector<status> st(nn, status::ok);
+    for (const auto& grp : groups)
+        if (grp->st != status::ok) st[std::size_t(grp->rank)] = grp->st;
+    if (differ) {
+        int mismatches = 0;
+        for (int r = 0; r < n; ++r) {
+            CHECK(st[std::size_t(r)] != status::ok);
+            mismatches += st[std::size_t(r)] == status::mismatch;
+        }
+        CHECK(mismatches >= 1);
+        return;
+    }
+    for (int r = 0; r < n; ++r) REQUIRE(st[std::size_t(r)] == status::ok);
+    int wrong = 0, outside = 0, changed = 0;
+    for (int r = 0; r < n; ++r) {
+        const std::size_t ru = std::size_t(r);
+        for (std::uint64_t i = 0; i < g.out_len[ru]; ++i)
+            if (!chorus_test::same_bits(out[ru][i], exchange_want<T>(x, g, r, i, op))) ++wrong;
+        // Nothing past this rank's buffers (the in-place ones: past the one buffer).
+        const T* end = out[ru] + g.out_len[ru];
+        if (in_place && x.coll == collective::reduce_scatterv) end = in[ru] + g.in_len[ru];
+        if (in_place && x.coll == collective::all_gatherv) end = out[ru] + g.out_len[ru];
+        for (int k = 0; k < 8; ++k)
+            if (!chorus_test::same_bits(end[k], sentinel)) ++outside;
+        if (!in_place) {
+            for (std::uint64_t i = 0; i < g.in_len[ru]; ++i)
+                if (!chorus_test::same_bits(in[ru][i], value_of<T>(r, i))) ++changed;
+            for (int k = 0; k < 8; ++k)
+                if (!chorus_test::same_bits(in[ru][g.in_len[ru] + std::uint64_t(k)], sentinel)) ++outside;
+        }
+    }
+    CHECK(wrong == 0);
+    CHECK(outside == 0);
+    CHECK(changed == 0);
+    for (int r = 0; r < n; ++r) CHECK(w.faults[std::size_t(r)].code == 0);
+}
+
+// Counts patterns for n ranks (entries: n, or n * n for AllToAllV):
+// 0 uneven with zeros, 1 all zero, 2 one large block among small ones.
+// AllToAllV's are symmetric (counts[q][r] == counts[r][q]), so every rank
+// sends what it receives and the call can run in place.
+std::vector<std::uint64_t> counts_pattern(collective coll, int n, int pattern) {
+    const std::size_t nn = std::size_t(n);
+    const bool matrix = coll == collective::all_to_allv;
+    std::vector<std::uint64_t> c(matrix ? nn * nn : nn, 0);
+    for (std::size_t i = 0; i < c.size(); ++i) {
+        const std::size_t a = matrix ? std::min(i / nn, i % nn) : i, b = matrix ? std::max(i / nn, i % nn) : i;
+        const std::size_t k = a * 5 + b * 3;
+        switch (pattern) {
+        case 0: c[i] = k % 4 == 1 ? 0 : (k * 7 + 3) % 23; break;
+        case 1: c[i] = 0; break;
+        default: c[i] = (a + b) % 3 == 1 ? 1001 : (k % 5); break;
+        }
+    }
+    return c;
+}
+
+} // namespace
+
+TEST_CASE("lane executor: the exchange collectives, counts read from a per-rank copy, exact") {
+    const named_policy direct_2x64{"direct<2ch,64B>", policy_of<direct<direct_params{2, 64}>>};
+    const named_policy ring_3x16{"ring<3ch,16B>", policy_of<ring<ring_params{3, 16}>>};
+    const named_policy automatic_default{"automatic", policy_of<automatic>};
+    for (collective coll : {collective::all_to_all, collective::all_gatherv, collective::reduce_scatterv,
+                            collective::all_to_allv}) {
+        for (int n : {1, 2, 3, 4, 5}) {
+            if (chorus_test::under_tsan && n >= 4) continue; // dozens of spinning threads on two cores
+            for (int pattern : {0, 1, 2}) {
+                exchange_run x;
+                x.coll = coll;
+                x.n = n;
+                if (coll == collective::all_to_all) x.count = pattern == 0 ? 13 : pattern == 1 ? 0 : 257;
+                else x.counts = counts_pattern(coll, n, pattern);
+                for (int lanes : {1, 3}) {
+                    if (chorus_test::under_tsan && lanes == 1) continue;
+                    for (bool in_place : {false, true}) {
+                        CAPTURE(n);
+                        CAPTURE(pattern);
+                        CAPTURE(lanes);
+                        if (coll == collective::reduce_scatterv) {
+                            check_exchange<float>(direct_2x64, x, lanes, in_place, sum{});
+                            check_exchange<int>(ring_3x16, x, lanes, in_place, max{});
+                            check_exchange<double>(automatic_default, x, lanes, in_place, avg{});
+                        } else {
+                            check_exchange<float>(direct_2x64, x, lanes, in_place, detail::copy_only{});
+                            check_exchange<std::int8_t>(ring_3x16, x, lanes, in_place, detail::copy_only{});
+                            check_exchange<float>(automatic_default, x, lanes, in_place, detail::copy_only{});
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+TEST_CASE("lane executor: exchange collectives in sequence on one world, and counts that differ") {
+    // The counters carry over from call to call, as on a device, between
+    // exchange and other collectives.
+    const named_policy direct_2x64{"direct<2ch,64B>", policy_of<direct<direct_params{2, 64}>>};
+    const named_policy ring_4ch{"ring<4ch,64KiB>", policy_of<ring<ring_params{4, 64 << 10}>>};
+    for (int n : {2, 3, 4}) {
+        if (chorus_test::under_tsan && n > 3) continue;
+        lane_world_host w(n);
+        for (int round = 0; round < 2; ++round) {
+            for (collective coll : {collective::all_to_allv, collective::all_gatherv, collective::reduce_scatterv,
+                                    collective::all_to_all}) {
+                exchange_run x;
+                x.coll = coll;
+                x.n = n;
+                if (coll == collective::all_to_all) x.count = 5 + std::uint64_t(round);
+                else x.counts = counts_pattern(coll, n, round == 0 ? 0 : 2);
+                const bool in_place = round == 1;
+                CAPTURE(n);
+                CAPTURE(round);
+                if (coll == collective::reduce_scatterv) check_exchange<float>(direct_2x64, x, 2, in_place, sum{}, &w);
+                else check_exchange<float>(direct_2x64, x, 2, in_place, detail::copy_only{}, &w);
+                check_collective<float>(ring_4ch, collective::all_reduce, n, 1001, 2, in_place, sum{}, &w);
+            }
+        }
+    }
+    // Checked mode: rank n-1's counts differ in one entry; every rank fails.
+    for (collective coll : {collective::all_gatherv, collective::reduce_scatterv, collective::all_to_allv}) {
+        exchange_run x;
+        x.coll = coll;
+        x.n = 3;
+        x.counts = counts_pattern(coll, 3, 0);
+        CAPTURE(collective_name(coll));
+        if (coll == collective::reduce_scatterv)
+            check_exchange<float>(direct_2x64, x, 2, false, sum{}, nullptr, true);
+        else check_exchange<float>(direct_2x64, x, 2, false, detail::copy_only{}, nullptr, true);
+    }
+}
+
+TEST_CASE("split plan: MPI_Comm_split grouping by color, ordered by key then rank") {
+    {
+        const std::vector<int> colors{1, 0, 1, -1, 0, 1};
+        const std::vector<int> keys{5, 0, 5, 9, -3, 2};
+        const detail::split_plan p = detail::plan_split(colors, keys);
+        REQUIRE(p.members.size() == 2);
+        CHECK(p.color == std::vector<int>{0, 1});
+        CHECK(p.members[0] == std::vector<int>{4, 1}); // key -3 before key 0
+        CHECK(p.members[1] == std::vector<int>{5, 0, 2}); // key 2, then key 5 by old rank
+        CHECK(p.group == std::vector<int>{1, 0, 1, -1, 0, 1});
+        CHECK(p.new_rank == std::vector<int>{1, 1, 2, -1, 0, 0});
+    }
+    {
+        const std::vector<int> colors{-1, -5};
+        const std::vector<int> keys{0, 0};
+        const detail::split_plan p = detail::plan_split(colors, keys);
+        CHECK(p.members.empty());
+        CHECK(p.new_rank == std::vector<int>{-1, -1});
+    }
+    {
+        const std::vector<int> colors{7, 7, 7, 7};
+        const std::vector<int> keys{0, 0, 0, 0};
+        const detail::split_plan p = detail::plan_split(colors, keys);
+        REQUIRE(p.members.size() == 1);
+        CHECK(p.members[0] == std::vector<int>{0, 1, 2, 3}); // ties keep the old order
+        CHECK(p.new_rank == std::vector<int>{0, 1, 2, 3});
+    }
+    {
+        const std::vector<int> colors{3, 1, 2};
+        const std::vector<int> keys{0, 0, 0};
+        const detail::split_plan p = detail::plan_split(colors, keys);
+        CHECK(p.color == std::vector<int>{1, 2, 3});
+        CHECK(p.group == std::vector<int>{2, 0, 1});
+        CHECK(p.new_rank == std::vector<int>{0, 0, 0});
+    }
+    const std::vector<int> two{0, 1}, one{0};
+    CHECK_THROWS_WITH_AS(detail::plan_split(two, one, "chorus::gpu::communicator::split"),
+                         doctest::Contains("chorus::gpu::communicator::split: 2 colors but 1 keys"), error);
 }

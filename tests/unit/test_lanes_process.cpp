@@ -360,7 +360,138 @@ int matrix_child(int rank, int n, const unique_id& id, int fd) {
     return failures == 0 ? 0 : 1;
 }
 
+// The exchange collectives on one rank over registered buffers, as the
+// GPU backend of one process per GPU runs them: the schedule planned on
+// the caller's counts, then reading a private copy of them (the device
+// counts area), the caller's array overwritten before the lanes start.
+// Returns "" or what went wrong.
+std::string run_exchange(detail::lane_process_world& w, rank_buffers& b, const named& p, collective coll,
+                         const std::vector<std::uint64_t>& counts, std::uint64_t count) {
+    const int n = w.size(), rank = w.rank();
+    const std::size_t nn = std::size_t(n), ru = std::size_t(rank);
+    std::uint64_t in_len = 0, out_len = 0, total = 0;
+    std::vector<std::uint64_t> D(nn + 1, 0);
+    for (std::uint64_t k : counts) total += k;
+    for (std::size_t q = 0; q < nn && coll != collective::all_to_allv && coll != collective::all_to_all; ++q)
+        D[q + 1] = D[q] + counts[q];
+    switch (coll) {
+    case collective::all_to_all: in_len = out_len = count * nn; break;
+    case collective::all_gatherv: in_len = counts[ru]; out_len = total; break;
+    case collective::reduce_scatterv: in_len = total; out_len = counts[ru]; break;
+    default:
+        for (std::size_t j = 0; j < nn; ++j) {
+            in_len += counts[ru * nn + j];
+            out_len += counts[j * nn + ru];
+        }
+    }
+    const std::size_t off = ru % 3;
+    float* in = b.reg_in + off;
+    float* out = b.reg_out + off;
+    for (std::uint64_t i = 0; i < in_len; ++i) in[i] = value_of(rank, i);
+    for (std::uint64_t i = 0; i < out_len; ++i) out[i] = -1.f;
+    const bool v = coll != collective::all_to_all;
+    std::vector<std::uint64_t> caller(counts), area(counts);
+    schedule_args a{coll, rank, n, 0, v ? in_len : count, sizeof(float), false, 0};
+    a.commutative = true;
+    a.counts = v ? caller.data() : nullptr;
+    a.in_place = exchange_in_place<float>(coll, in, out, rank, a.counts);
+    detail::lane_launch<float, sum, any_schedule> L;
+    L.sch = make_schedule(p.pol, a);
+    if (L.sch.scratch_elems() * sizeof(float) > w.scratch_bytes()) return "FAIL the scratch is too small";
+    if (v) L.sch.exchange.counts = area.data();
+    L.world = w.world();
+    L.rank = rank;
+    L.in = in;
+    L.out = out;
+    L.scratch = reinterpret_cast<float*>(w.scratch());
+    L.sig.count = v ? total : count;
+    L.sig.counts_id = v ? detail::counts_hash(caller.data(), caller.size()) : 0;
+    L.sig.elem_bytes = sizeof(float);
+    L.sig.type_id = detail::type_hash<float>();
+    L.sig.op_id = detail::type_hash<sum>();
+    L.sig.algo_id = p.pol.id();
+    L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), 0);
+    L.timeout_ns = 10000ull * 1000000ull;
+    L.op.set(sum{});
+    std::fill(caller.begin(), caller.end(), ~std::uint64_t(0) >> 8); // the caller frees its counts
+    if (auto f = w.failure()) return std::string("ERR ") + to_string(f->code()) + " " + f->what();
+    const status st = chorus_test::run_rank_lanes(L, 2);
+    if (st != status::ok) {
+        const auto f = w.failure();
+        return std::string("ERR ") + (f ? to_string(f->code()) : "?") + " " + (f ? f->what() : "no fault recorded");
+    }
+    std::uint64_t wrong = 0;
+    for (std::uint64_t i = 0; i < out_len; ++i) {
+        float want = 0.f;
+        switch (coll) {
+        case collective::all_to_all: want = value_of(int(i / count), ru * count + i % count); break;
+        case collective::all_gatherv: {
+            std::size_t q = 0;
+            while (i >= D[q + 1]) ++q;
+            want = value_of(int(q), i - D[q]);
+            break;
+        }
+        case collective::reduce_scatterv:
+            for (int q = 0; q < n; ++q) want += value_of(q, D[ru] + i);
+            break;
+        default: {
+            std::uint64_t o = 0;
+            for (std::size_t q = 0; q < nn; ++q) {
+                const std::uint64_t len = counts[q * nn + ru];
+                if (i < o + len) {
+                    std::uint64_t s0 = 0;
+                    for (std::size_t j = 0; j < ru; ++j) s0 += counts[q * nn + j];
+                    want = value_of(int(q), s0 + (i - o));
+                    break;
+                }
+                o += len;
+            }
+        }
+        }
+        wrong += out[i] != want;
+    }
+    if (wrong) return "FAIL " + std::to_string(wrong) + " wrong elements";
+    return "";
+}
+
+int exchange_child(int rank, int n, const unique_id& id, int fd) {
+    shift_mappings(rank);
+    detail::lane_process_world w(id, rank, n, test_config(n));
+    if (!addresses_differ(w, fd)) return 1;
+    rank_buffers b = make_buffers(w);
+    const named pols[] = {{"automatic", policy_of<automatic>},
+                          {"direct<2ch,64B>", policy_of<direct<direct_params{2, 64}>>}};
+    const std::size_t nn = std::size_t(n);
+    std::vector<std::uint64_t> vc(nn), mc(nn * nn);
+    for (std::size_t q = 0; q < nn; ++q) vc[q] = q == 1 ? 0 : (q * 37 + 5) % 50 + 1;
+    for (std::size_t i = 0; i < mc.size(); ++i) mc[i] = (i / nn * 3 + i % nn * 5) % 7 * 11;
+    int failures = 0;
+    for (const named& p : pols) {
+        for (collective coll : {collective::all_to_allv, collective::all_gatherv, collective::reduce_scatterv,
+                                collective::all_to_all}) {
+            const std::string r = run_exchange(w, b, p, coll, coll == collective::all_to_allv ? mc : vc, 101);
+            if (!r.empty()) {
+                ++failures;
+                say(fd, std::string("FAIL ") + p.name + " " + collective_name(coll) + ": " + r);
+                if (contains(r, "ERR")) return 1;
+            }
+        }
+    }
+    say(fd, "done");
+    return failures == 0 ? 0 : 1;
+}
+
 } // namespace
+
+TEST_CASE("lane executor, one process per rank: the exchange collectives over registered buffers") {
+    for (int n : {2, 3}) {
+        CAPTURE(n);
+        const auto kids = fork_ranks(n, std::chrono::milliseconds(20000), [n](int rank, const unique_id& id, int fd) {
+            return exchange_child(rank, n, id, fd);
+        });
+        check_children(kids);
+    }
+}
 
 TEST_CASE("lane_peer_map: a peer's extent translates only whole inside one mapped range") {
     detail::lane_peer_map m{};

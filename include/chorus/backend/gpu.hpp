@@ -40,16 +40,20 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../async/future.hpp"
@@ -58,6 +62,7 @@
 #include "../core/element.hpp"
 #include "../core/error.hpp"
 #include "../core/log.hpp"
+#include "../core/split_plan.hpp"
 #include "../exec/lane_env.hpp"
 #include "../exec/host_kernel.hpp"
 #include "../kernels/collective.cuh"
@@ -185,8 +190,30 @@ struct gpu_world {
     std::vector<lane_rank_area**> tables;       //!< per entry of table_device: the area pointers, on that device
     std::uint32_t* abort_word = nullptr;        //!< mapped pinned host memory
     lane_fault* faults = nullptr;               //!< mapped pinned host memory, [n]
+    //! Per rank (one process per GPU: `self` only): the "v" collectives'
+    //! counts as that rank's kernel reads them, n * n entries of private
+    //! device memory of its device, rewritten on the call's stream before
+    //! each such call (gpu_transport::enqueue).
+    std::vector<std::uint64_t*> counts_dev;
+    gpu::options opt{}; //!< what the world was made with (split makes its worlds alike)
     std::mutex m;
     std::string reason;
+
+    //! split's rendezvous (every rank a thread of this process): round
+    //! `split_round` collects one color and key per rank; the rank that
+    //! arrives last builds a world per color and publishes it; the round
+    //! ends when every rank took its result.
+    std::mutex split_m;
+    std::condition_variable split_cv;
+    std::uint64_t split_round = 1;
+    std::vector<std::uint64_t> split_calls;  //!< per rank: splits it called
+    std::vector<int> split_color, split_key; //!< per rank, this round
+    std::vector<char> split_present;         //!< per rank: arrived this round
+    int split_arrived = 0, split_taken = 0;
+    bool split_built = false;
+    split_plan split_result;
+    std::vector<std::shared_ptr<gpu_world>> split_worlds; //!< per group of split_result
+    std::exception_ptr split_failure;
 
     // One process per GPU (make_communicator): the vectors above have n
     // entries, of which only this process's rank (`self`) is filled; its
@@ -241,6 +268,7 @@ struct gpu_world {
                 (void)cudaStreamSynchronize(streams[std::size_t(r)]);
                 (void)cudaStreamDestroy(streams[std::size_t(r)]);
             }
+            if (r < int(counts_dev.size()) && counts_dev[std::size_t(r)]) (void)cudaFree(counts_dev[std::size_t(r)]);
             if (proc) continue; // the area and scratch are proc's
             if (r < int(areas.size()) && areas[std::size_t(r)]) (void)cudaFree(areas[std::size_t(r)]);
             if (r < int(scratch.size()) && scratch[std::size_t(r)]) (void)cudaFree(scratch[std::size_t(r)]);
@@ -360,15 +388,20 @@ public:
     }
 
     //! Buffers must be device memory of this rank's device (or managed).
+    //! The exchange collectives: `count` is in.size() (AllToAll: per
+    //! peer), and `out` may be empty (null) while `in` is not, or the
+    //! other way round (zero counts): an empty buffer is not looked at.
     void check_launch(collective coll, const void* in, const void* out, std::uint64_t count, bool) const {
-        if (count == 0) return;
+        const bool exchange = is_exchange(coll);
+        if (count == 0 && !(exchange && out != nullptr)) return;
         device_guard guard(device());
         int pd = -1;
         const char* in_name = coll == collective::broadcast ? "buf" : "in";
-        check_gpu_buffer(coll, in_name, query_memory(in, pd), pd, device());
+        if (count != 0) check_gpu_buffer(coll, in_name, query_memory(in, pd), pd, device());
+        if (coll == collective::broadcast) return;
         // Reduce: a rank other than the root passes no `out` (null here).
-        if (coll != collective::broadcast && !(coll == collective::reduce && out == nullptr))
-            check_gpu_buffer(coll, "out", query_memory(out, pd), pd, device());
+        if (out == nullptr && (coll == collective::reduce || exchange)) return;
+        check_gpu_buffer(coll, "out", query_memory(out, pd), pd, device());
     }
 
     //! Enqueues one collective on `stream` (null: the rank's own): one
@@ -453,6 +486,11 @@ public:
         p2p_kernel<><<<1, collective_block_threads, 0, st>>>(L);
         cuda_check(cudaGetLastError(), is_send ? "launching the send kernel" : "launching the recv kernel");
     }
+
+    //! Collective over the ranks of this world (threads of this process):
+    //! the world of this rank's color and its rank there (null world for
+    //! a negative color). Waits at most `timeout` for the other ranks.
+    std::pair<std::shared_ptr<gpu_world>, int> split(int color, int key, std::chrono::milliseconds timeout) const;
 
 private:
     void require_process(const std::string& fn) const {
@@ -579,7 +617,8 @@ void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* str
     // What ranks compare: a barrier runs (and names) the direct<> schedule.
     const policy& p = coll == collective::barrier ? c.planned : c.pol;
     L.sig = {};
-    L.sig.count = c.count;
+    L.sig.count = c.signature_count; // the "v" collectives: the sum of all counts (else c.count)
+    L.sig.counts_id = c.counts_id;
     L.sig.elem_bytes = sizeof(T);
     L.sig.shape = call_signature::make_shape(coll, sch.channels(), c.root);
     L.sig.type_id = c.types.type_id;
@@ -602,6 +641,28 @@ void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* str
                         " x " + std::to_string(sch.channels()) + " channel(s) need " + std::to_string(blocks) +
                         " resident thread blocks, but the device holds " + std::to_string(resident) +
                         " of this kernel at once; use fewer channels (Algo's params) or fewer ranks per device");
+    // The "v" collectives' counts, where the kernel can read them: this
+    // rank's device counts area, written on the same stream just before
+    // the kernel by kernels carrying the values as parameters (so a CUDA
+    // graph captures them, and the caller may free its counts as soon as
+    // the call returns; cudaMemcpyAsync from pageable memory could do
+    // neither). The schedule above was planned on the host counts.
+    if (L.sch.kind == schedule_kind::exchange && !c.counts.empty()) {
+        std::uint64_t* area = world_->counts_dev[std::size_t(rank_)];
+        const std::size_t total = c.counts.size();
+        if (area == nullptr || total > std::size_t(size()) * std::size_t(size()))
+            throw error(errc::internal, std::string("chorus::") + collective_name(coll) + ": " +
+                                            std::to_string(total) + " counts do not fit the rank's counts area");
+        for (std::size_t first = 0; first < total; first += counts_piece_max) {
+            counts_piece piece{};
+            piece.dst = area + first;
+            piece.n = std::uint32_t(std::min<std::size_t>(counts_piece_max, total - first));
+            for (std::uint32_t i = 0; i < piece.n; ++i) piece.v[i] = c.counts[first + i];
+            counts_fill_kernel<><<<1, counts_fill_threads, 0, st>>>(piece);
+            cuda_check(cudaGetLastError(), "launching the counts kernel");
+        }
+        L.sch.exchange.counts = area;
+    }
     if (stg.copy_in_bytes != 0)
         cuda_check(cudaMemcpyAsync(stg.copy_in_dst, stg.copy_in_src, std::size_t(stg.copy_in_bytes),
                                    cudaMemcpyDefault, st),
@@ -691,6 +752,26 @@ public:
     }
     void free(const void* p) const { t().free_registered(p, "chorus::gpu::communicator::free", "p"); }
 
+    //! Collective: a new communicator of the ranks that pass the same
+    //! `color`, ordered by `key`, ties by rank (as MPI_Comm_split and
+    //! communicator<mpi>::split); nullptr for a negative color. Each color
+    //! gets a world of its own over its ranks' devices (scratch and the
+    //! other gpu::options as this one's), with default settings.
+    //! gpu::make_communicators only: the ranks are threads of this
+    //! process and every rank must call split from its own host thread
+    //! (it blocks until all have come, at most timeout(); a rank that
+    //! never comes makes the others throw errc::timeout/aborted and breaks
+    //! this communicator). With one process per GPU (make_communicator) it
+    //! throws errc::invalid_argument: not available there.
+    std::unique_ptr<Comm> split(int color, int key) const {
+        const Comm& self = static_cast<const Comm&>(*this);
+        const std::chrono::milliseconds timeout =
+            self.call_timeout().count() > 0 ? self.call_timeout() : self.timeout();
+        auto [w, rank] = t().split(color, key, timeout);
+        if (!w) return nullptr;
+        return std::make_unique<Comm>(std::move(w), rank);
+    }
+
 private:
     const detail::gpu_transport& t() const { return static_cast<const Comm&>(*this).transport(); }
 };
@@ -720,6 +801,7 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
     w->n = int(devices.size());
     w->dev = devices;
     w->scratch_bytes = opt.scratch_bytes;
+    w->opt = opt;
     w->node_size = opt.ranks_per_node;
     if (w->node_size == 0) w->node_size = detail::env_ranks_per_node(); // strict: a bad value throws
     w->topo = model::model_file_given() ? model::current() : model::gpu_cluster_topology(w->node_size);
@@ -750,8 +832,16 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
     w->areas.assign(devices.size(), nullptr);
     w->scratch.assign(devices.size(), nullptr);
     w->streams.assign(devices.size(), nullptr);
+    w->counts_dev.assign(devices.size(), nullptr);
+    w->split_calls.assign(devices.size(), 0);
+    w->split_color.assign(devices.size(), -1);
+    w->split_key.assign(devices.size(), 0);
+    w->split_present.assign(devices.size(), 0);
     for (std::size_t r = 0; r < devices.size(); ++r) {
         detail::device_guard g(devices[r]);
+        cuda_check(cudaMalloc(reinterpret_cast<void**>(&w->counts_dev[r]),
+                              sizeof(std::uint64_t) * devices.size() * devices.size()),
+                   "cudaMalloc (counts area)");
         cuda_check(cudaMalloc(reinterpret_cast<void**>(&w->areas[r]), sizeof(detail::lane_rank_area)), "cudaMalloc");
         cuda_check(cudaMemset(w->areas[r], 0, sizeof(detail::lane_rank_area)), "cudaMemset");
         if (opt.scratch_bytes) cuda_check(cudaMalloc(&w->scratch[r], opt.scratch_bytes), "cudaMalloc (scratch)");
@@ -772,6 +862,97 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
     }
     (void)cudaSetDevice(prev);
     return w;
+}
+
+inline std::pair<std::shared_ptr<detail::gpu_world>, int> detail::gpu_transport::split(int color, int key,
+                                                                              std::chrono::milliseconds timeout) const {
+    const std::string fn = "chorus::gpu::communicator::split";
+    if (world_->proc)
+        throw error(errc::invalid_argument,
+                    fn + ": not available with one process per GPU (gpu::make_communicator): the processes' setup "
+                         "exchange is closed once the communicator is made, so they have nothing to agree on a new "
+                         "group through; call gpu::make_communicator again for each group instead");
+    if (world_->aborted())
+        throw error(errc::aborted, fn + ": the communicator is broken (" + reason() + "); make new communicators");
+    gpu_world& w = *world_;
+    const int n = w.n;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::unique_lock<std::mutex> lk(w.split_m);
+    const std::uint64_t round = ++w.split_calls[std::size_t(rank_)];
+    // Waits in slices (abort() does not notify split_cv); `until_all`:
+    // the deadline applies only while a rank has not arrived.
+    auto wait_for = [&](auto done, bool until_all) {
+        while (!done()) {
+            if (w.aborted())
+                throw error(errc::aborted, fn + ": the communicator was aborted while rank " + std::to_string(rank_) +
+                                               " waited for the others (" + reason() + ")");
+            if (until_all && w.split_arrived < n && std::chrono::steady_clock::now() >= deadline) {
+                std::vector<int> missing;
+                if (w.split_round == round) {
+                    for (int q = 0; q < n; ++q)
+                        if (!w.split_present[std::size_t(q)]) missing.push_back(q);
+                }
+                const std::string who = missing.empty() ? std::string("an earlier split to finish")
+                                                        : "rank(s) " + rank_list_text(missing.data(), missing.size());
+                const std::string why = fn + ": rank " + std::to_string(rank_) + " timed out after " +
+                                        std::to_string(timeout.count()) + " ms waiting for " + who +
+                                        " to call split";
+                lk.unlock();
+                w.abort(why); // the others fail too, never hang
+                throw error(errc::timeout, why);
+            }
+            w.split_cv.wait_for(lk, std::chrono::milliseconds(2));
+        }
+    };
+    // The previous round must have been taken by every rank.
+    wait_for([&] { return w.split_round == round; }, true);
+    w.split_color[std::size_t(rank_)] = color;
+    w.split_key[std::size_t(rank_)] = key;
+    w.split_present[std::size_t(rank_)] = 1;
+    if (++w.split_arrived == n) {
+        // The last to arrive builds every color's world (outside the lock:
+        // cudaMalloc and friends), then publishes them.
+        lk.unlock();
+        split_plan plan;
+        std::vector<std::shared_ptr<gpu_world>> worlds;
+        std::exception_ptr failure;
+        try {
+            plan = plan_split(w.split_color, w.split_key, fn);
+            for (const std::vector<int>& members : plan.members) {
+                std::vector<int> devs;
+                for (int q : members) devs.push_back(w.dev[std::size_t(q)]);
+                worlds.push_back(make_gpu_world(devs, w.opt));
+            }
+        } catch (...) {
+            failure = std::current_exception();
+        }
+        lk.lock();
+        w.split_result = std::move(plan);
+        w.split_worlds = std::move(worlds);
+        w.split_failure = failure;
+        w.split_built = true;
+        w.split_cv.notify_all();
+    }
+    wait_for([&] { return w.split_built; }, true);
+    std::exception_ptr failure = w.split_failure;
+    std::pair<std::shared_ptr<gpu_world>, int> mine{nullptr, -1};
+    if (!failure) {
+        const int g = w.split_result.group[std::size_t(rank_)];
+        if (g >= 0) mine = {w.split_worlds[std::size_t(g)], w.split_result.new_rank[std::size_t(rank_)]};
+    }
+    if (++w.split_taken == n) { // the round is over: the next one may start
+        w.split_arrived = w.split_taken = 0;
+        w.split_built = false;
+        std::fill(w.split_present.begin(), w.split_present.end(), char(0));
+        w.split_worlds.clear();
+        w.split_result = {};
+        w.split_failure = nullptr;
+        ++w.split_round;
+        w.split_cv.notify_all();
+    }
+    lk.unlock();
+    if (failure) std::rethrow_exception(failure);
+    return mine;
 }
 
 namespace gpu {

@@ -138,6 +138,7 @@ inline std::shared_ptr<gpu_world> make_gpu_process_world(lane_bootstrap& boot, i
     w->n = n;
     w->self = self;
     w->scratch_bytes = opt.scratch_bytes;
+    w->opt = opt;
     w->linger = opt.setup_timeout;
     w->node_size = opt.ranks_per_node;
     if (w->node_size < 0) throw error(errc::invalid_argument, fn + ": `opt.ranks_per_node` must be >= 0");
@@ -148,6 +149,12 @@ inline std::shared_ptr<gpu_world> make_gpu_process_world(lane_bootstrap& boot, i
     w->areas.assign(std::size_t(n), nullptr);
     w->scratch.assign(std::size_t(n), nullptr);
     w->streams.assign(std::size_t(n), nullptr);
+    w->counts_dev.assign(std::size_t(n), nullptr);
+    // The "v" collectives' counts as this rank's kernel reads them: private
+    // device memory (no peer reads it), not part of the shared segment.
+    cuda_check(cudaMalloc(reinterpret_cast<void**>(&w->counts_dev[std::size_t(self)]),
+                          sizeof(std::uint64_t) * std::size_t(n) * std::size_t(n)),
+               "cudaMalloc (counts area)");
 
     lane_process_config cfg;
     cfg.scratch_bytes = opt.scratch_bytes;

@@ -26,7 +26,7 @@ namespace detail {
 //! made at run time is checked by check_policy).
 template <class B, class T>
 future all_gatherv_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
-                        std::span<const std::size_t> counts, bool async) {
+                        std::span<const std::size_t> counts, bool async, stream_arg stream = {}) {
     constexpr collective c = collective::all_gatherv;
     check_policy(c, pol, true);
     const std::size_t n = std::size_t(comm.size()), r = std::size_t(comm.rank());
@@ -47,16 +47,16 @@ future all_gatherv_run(communicator<B>& comm, const policy& pol, std::span<const
         throw_arg(c, "`in` overlaps `out` but is not block rank() of it (for in-place, pass "
                      "in = out.subspan(counts[0] + ... + counts[rank() - 1], counts[rank()]))");
     return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size(), copy_only{}, 0, async,
-                                                    stream_arg{}, std::span<const std::uint64_t>(k));
+                                                    stream, std::span<const std::uint64_t>(k));
 }
 
 template <class Algo, class B, class T>
 future all_gatherv_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out,
-                        std::span<const std::size_t> counts, bool async) {
+                        std::span<const std::size_t> counts, bool async, stream_arg stream = {}) {
     if constexpr (!check_element<Algo, T>() || !check_exchange_backend<B, T, copy_only>()) {
         return future();
     } else {
-        return all_gatherv_run(comm, policy_of<Algo>, in, out, counts, async);
+        return all_gatherv_run(comm, policy_of<Algo>, in, out, counts, async, stream);
     }
 }
 } // namespace detail

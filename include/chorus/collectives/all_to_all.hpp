@@ -40,8 +40,8 @@ constexpr bool runs_exchange() {
 template <class B, class T, class Op>
 constexpr bool check_exchange_backend() {
     constexpr bool ok = runs_exchange<B, T, Op>();
-    static_assert(ok, "chorus: this backend does not run all_to_all and the \"v\" collectives yet "
-                      "(communicator<threads> and communicator<mpi> do)");
+    static_assert(ok, "chorus: this backend does not run all_to_all and the \"v\" collectives "
+                      "(communicator<threads>, communicator<mpi> and gpu::communicator do)");
     return ok;
 }
 
@@ -83,7 +83,8 @@ inline void check_counts_size(collective c, std::span<const std::size_t> counts,
 //! all_to_all with a policy value (what all_to_all<Algo> runs with policy_of<Algo>; a policy
 //! made at run time is checked by check_policy).
 template <class B, class T>
-future all_to_all_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out, bool async) {
+future all_to_all_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out, bool async,
+                      stream_arg stream = {}) {
     constexpr collective c = collective::all_to_all;
     check_policy(c, pol, true);
     check_data(c, "in", in.data(), in.size());
@@ -98,15 +99,16 @@ future all_to_all_run(communicator<B>& comm, const policy& pol, std::span<const 
     if (in.data() != out.data() && overlaps(in.data(), in.size(), out.data(), out.size()))
         throw_arg(c, "`in` overlaps `out` (for in-place, pass the same span as `in` and `out`)");
     return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size() / n, copy_only{}, 0, async,
-                                              stream_arg{}, std::span<const std::uint64_t>{});
+                                              stream, std::span<const std::uint64_t>{});
 }
 
 template <class Algo, class B, class T>
-future all_to_all_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, bool async) {
+future all_to_all_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out, bool async,
+                       stream_arg stream = {}) {
     if constexpr (!check_element<Algo, T>() || !check_exchange_backend<B, T, copy_only>()) {
         return future();
     } else {
-        return all_to_all_run(comm, policy_of<Algo>, in, out, async);
+        return all_to_all_run(comm, policy_of<Algo>, in, out, async, stream);
     }
 }
 

@@ -27,7 +27,7 @@ namespace detail {
 //! made at run time is checked by check_policy).
 template <class B, class T>
 future all_to_allv_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
-                        std::span<const std::size_t> counts, bool async) {
+                        std::span<const std::size_t> counts, bool async, stream_arg stream = {}) {
     constexpr collective c = collective::all_to_allv;
     check_policy(c, pol, true);
     const std::size_t n = std::size_t(comm.size()), r = std::size_t(comm.rank());
@@ -51,16 +51,16 @@ future all_to_allv_run(communicator<B>& comm, const policy& pol, std::span<const
     if (!in_place && overlaps(in.data(), in.size(), out.data(), out.size()))
         throw_arg(c, "`in` overlaps `out` (for in-place, pass the same span as `in` and `out`)");
     return comm.template launch<T, copy_only>(pol, c, in.data(), out.data(), in.size(), copy_only{}, 0, async,
-                                                    stream_arg{}, std::span<const std::uint64_t>(k));
+                                                    stream, std::span<const std::uint64_t>(k));
 }
 
 template <class Algo, class B, class T>
 future all_to_allv_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out,
-                        std::span<const std::size_t> counts, bool async) {
+                        std::span<const std::size_t> counts, bool async, stream_arg stream = {}) {
     if constexpr (!check_element<Algo, T>() || !check_exchange_backend<B, T, copy_only>()) {
         return future();
     } else {
-        return all_to_allv_run(comm, policy_of<Algo>, in, out, counts, async);
+        return all_to_allv_run(comm, policy_of<Algo>, in, out, counts, async, stream);
     }
 }
 } // namespace detail

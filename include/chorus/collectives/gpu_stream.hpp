@@ -21,11 +21,15 @@
 #include "../comm/communicator.hpp"
 #include "../ops/operators.hpp"
 #include "all_gather.hpp"
+#include "all_gatherv.hpp"
 #include "all_reduce.hpp"
+#include "all_to_all.hpp"
+#include "all_to_allv.hpp"
 #include "broadcast.hpp"
 #include "checks.hpp"
 #include "reduce.hpp"
 #include "reduce_scatter.hpp"
+#include "reduce_scatterv.hpp"
 
 namespace chorus {
 
@@ -105,6 +109,58 @@ template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, 
                                   std::span<T, E> out, Op op, int root, cudaStream_t stream) {
     return detail::reduce_impl<Algo>(comm, in, std::span<T>(out), op, root, true, detail::on_stream(stream));
 }
+// The exchange collectives (the exchange schedule, whatever Algo; its
+// params tune channels and chunks). The "v" forms' counts are copied into
+// the rank's device counts area on `stream` by a small kernel launched just
+// before the collective's (kernel parameters: graph capture works, and
+// `counts` may be freed as soon as the call returns).
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
+void all_to_all(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
+                cudaStream_t stream) {
+    detail::all_to_all_impl<Algo>(comm, in, std::span<T>(out), false, detail::on_stream(stream));
+}
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
+[[nodiscard]] future all_to_all_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
+                                      std::span<T, E> out, cudaStream_t stream) {
+    return detail::all_to_all_impl<Algo>(comm, in, std::span<T>(out), true, detail::on_stream(stream));
+}
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
+void all_to_allv(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
+                 std::span<const std::size_t> counts, cudaStream_t stream) {
+    detail::all_to_allv_impl<Algo>(comm, in, std::span<T>(out), counts, false, detail::on_stream(stream));
+}
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
+[[nodiscard]] future all_to_allv_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
+                                       std::span<T, E> out, std::span<const std::size_t> counts,
+                                       cudaStream_t stream) {
+    return detail::all_to_allv_impl<Algo>(comm, in, std::span<T>(out), counts, true, detail::on_stream(stream));
+}
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
+void all_gatherv(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
+                 std::span<const std::size_t> counts, cudaStream_t stream) {
+    detail::all_gatherv_impl<Algo>(comm, in, std::span<T>(out), counts, false, detail::on_stream(stream));
+}
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent>
+[[nodiscard]] future all_gatherv_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
+                                       std::span<T, E> out, std::span<const std::size_t> counts,
+                                       cudaStream_t stream) {
+    return detail::all_gatherv_impl<Algo>(comm, in, std::span<T>(out), counts, true, detail::on_stream(stream));
+}
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+    requires detail::op_like<Op>
+void reduce_scatterv(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in, std::span<T, E> out,
+                     std::span<const std::size_t> counts, Op op, cudaStream_t stream) {
+    detail::reduce_scatterv_impl<Algo>(comm, in, std::span<T>(out), counts, op, false, detail::on_stream(stream));
+}
+template <class Algo = automatic, class T, std::size_t E = std::dynamic_extent, class Op = sum>
+    requires detail::op_like<Op>
+[[nodiscard]] future reduce_scatterv_async(gpu::communicator& comm, std::span<const std::type_identity_t<T>> in,
+                                           std::span<T, E> out, std::span<const std::size_t> counts, Op op,
+                                           cudaStream_t stream) {
+    return detail::reduce_scatterv_impl<Algo>(comm, in, std::span<T>(out), counts, op, true,
+                                              detail::on_stream(stream));
+}
+
 //! (A template, so that a translation unit that does not call it does not
 //! compile its kernel.)
 template <int = 0>

@@ -29,7 +29,8 @@ namespace detail {
 //! made at run time is checked by check_policy).
 template <class B, class T, class Op>
 future reduce_scatterv_run(communicator<B>& comm, const policy& pol, std::span<const T> in, std::span<T> out,
-                            std::span<const std::size_t> counts, const Op& op, bool async) {
+                            std::span<const std::size_t> counts, const Op& op, bool async,
+                            stream_arg stream = {}) {
     constexpr collective c = collective::reduce_scatterv;
     check_policy(c, pol, op_traits<Op>::commutative);
     const std::size_t n = std::size_t(comm.size()), r = std::size_t(comm.rank());
@@ -50,16 +51,17 @@ future reduce_scatterv_run(communicator<B>& comm, const policy& pol, std::span<c
         throw_arg(c, "`out` overlaps `in` but is not block rank() of it (for in-place, pass "
                      "out = in.subspan(counts[0] + ... + counts[rank() - 1], counts[rank()]))");
     return comm.template launch<T, Op>(pol, c, in.data(), out.data(), in.size(), op, 0, async,
-                                             stream_arg{}, std::span<const std::uint64_t>(k));
+                                             stream, std::span<const std::uint64_t>(k));
 }
 
 template <class Algo, class B, class T, class Op>
 future reduce_scatterv_impl(communicator<B>& comm, std::span<const T> in, std::span<T> out,
-                            std::span<const std::size_t> counts, const Op& op, bool async) {
+                            std::span<const std::size_t> counts, const Op& op, bool async,
+                            stream_arg stream = {}) {
     if constexpr (!check_reduction<Algo, T, Op>() || !check_exchange_backend<B, T, Op>()) {
         return future();
     } else {
-        return reduce_scatterv_run(comm, policy_of<Algo>, in, out, counts, op, async);
+        return reduce_scatterv_run(comm, policy_of<Algo>, in, out, counts, op, async, stream);
     }
 }
 } // namespace detail

@@ -5,6 +5,8 @@
 //! its threads sharing every step's reduce-copy. One launch per rank per
 //! collective, on that rank's stream and device.
 
+#include <cstdint>
+
 #include "../algo/any_schedule.hpp"
 #include "../exec/lane_env.hpp"
 #include "lanes.cuh"
@@ -25,6 +27,27 @@ __global__ void __launch_bounds__(collective_block_threads, collective_min_block
     __shared__ lane_shared<T> sh;
     const block_lanes lanes{};
     (void)run_lane_channel(lanes, params, static_cast<int>(blockIdx.x), sh);
+}
+
+//! The "v" collectives' counts on their way to a rank's device counts
+//! area (backend/gpu.hpp): up to counts_piece_max of them as a kernel
+//! parameter (3856 bytes, under the classic 4 KiB parameter limit), so
+//! that a CUDA graph captures the values and the host array may be freed
+//! at once. One launch per piece, on the call's stream, before the
+//! collective kernel.
+inline constexpr std::uint32_t counts_piece_max = 480;
+inline constexpr int counts_fill_threads = 128;
+struct counts_piece {
+    std::uint64_t* dst;
+    std::uint32_t n;
+    std::uint64_t v[counts_piece_max];
+};
+static_assert(sizeof(counts_piece) <= 4000, "chorus: counts_piece must stay under the 4 KiB kernel-parameter limit");
+
+//! Writes one piece of counts (a template: compiled only where used).
+template <int = 0>
+__global__ void counts_fill_kernel(const counts_piece p) {
+    for (std::uint32_t i = threadIdx.x; i < p.n; i += blockDim.x) p.dst[i] = p.v[i];
 }
 
 } // namespace chorus::detail
