@@ -10,7 +10,16 @@
 //!   /copy        moved over the device-to-device copy bandwidth measured
 //!                in the same run (cudaMemcpyAsync D2D of the largest size,
 //!                read + write counted: 2 * size per copy; with several
-//!                devices, the sum of each device's copy bandwidth).
+//!                devices, the sum of each device's copy bandwidth);
+//!   nccl         NCCL's time per call for the same collective, operands
+//!                and count, timed the same way right after chorus's (once
+//!                per row and run), where NCCL runs: one rank per device,
+//!                more than one device, a build that found nccl.h and
+//!                libnccl (--nccl 0 turns it off); "-" elsewhere;
+//!   limit        on one device: the least bytes any implementation reads
+//!                and writes (every input once, every output once: AllReduce
+//!                2 n b for n ranks of b bytes) over the copy bandwidth; the
+//!                physical floor of the row's time. "-" with several devices.
 //!
 //! Method:
 //!  - buffers are allocated once at the largest size (in and out per rank,
@@ -78,6 +87,9 @@
 #else
 #  include <chorus/gpu.hpp>
 #endif
+#if CHORUS_BENCH_NCCL
+#  include <nccl.h> // the NCCL column (benchmarks/CMakeLists.txt: where nccl.h and libnccl are found)
+#endif
 
 #include "bench.hpp" // shared with chorus_bench: sweep_options, human_bytes, ... (and cli.hpp: the command line)
 
@@ -93,9 +105,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -209,6 +223,7 @@ struct options : chorus_bench::sweep_options {
     bool spread_devices = false;  //!< --process-devices spread: process r on device r % devices
     bool graph_given = false;     //!< -G/--graph given (--processes: eager unless given)
     std::vector<buffer_kind> buffers; //!< --buffers (empty: the mode's default)
+    bool nccl = true;             //!< --nccl 0: no NCCL column
 };
 
 using chorus_cli::usage_error;
@@ -266,6 +281,8 @@ std::span<const chorus_cli::option> option_table() {
                                    "into two nodes, else CHORUS_RANKS_PER_NODE)"},
         {"timeout-ms", 0, "N", "chorus wait deadline per collective (default 20000; -T gives it in seconds)"},
         {"csv", 0, "FILE", "also write every row as CSV"},
+        {"nccl", 0, "0|1", "NCCL's time per row in the same run, where it runs: one rank per device, more than "
+                           "one device, a build that found NCCL (default 1)"},
         {"help", 'h', {}, "this text"},
     });
     return table;
@@ -310,6 +327,7 @@ options parse_args(int argc, char** argv) {
         else if (g.is("ranks-per-node")) o.ranks_per_node = int(parse_int(v, flag, 1, most_ranks));
         else if (g.is("timeout-ms")) o.timeout_ms = int(parse_int(v, flag, 1, 3600000));
         else if (g.is("csv")) o.csv_path = std::string(v);
+        else if (g.is("nccl")) o.nccl = parse_int(v, flag, 0, 1) == 1;
         else if (g.is("type") || g.is("datatype")) {
             for (const std::string_view item : split_list(v))
                 for (const std::string_view other : {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half",
@@ -516,6 +534,13 @@ struct bench {
     std::size_t json_rows = 0;
     std::vector<table_summary> summaries;
     u64 wrong_total = 0;
+#if CHORUS_BENCH_NCCL
+    std::vector<ncclComm_t> nccl; //!< one per rank (ncclCommInitAll), where the NCCL column is measured
+#endif
+    //! NCCL's time per call (us) per (collective, type, count): measured once per run, by the first
+    //! table that reaches the row, right after chorus's time for it.
+    std::map<std::tuple<int, int, u64>, double> nccl_us;
+    std::string nccl_note; //!< why there is no NCCL column (empty: there is one)
 
     int n() const { return world; }
     int local() const { return int(ranks.size()); }
@@ -814,6 +839,49 @@ struct timed {
     double cpu_secs = 0;
 };
 
+//! One instantiated graph per rank of this process, destroyed with it, and
+//! their timing: one untimed launch of every graph, then -G timed launches
+//! (host clock around launching every rank's graph and synchronising every
+//! stream) / (launches x calls).
+struct rank_graphs {
+    bench& B;
+    std::vector<cudaGraphExec_t> execs;
+    explicit rank_graphs(bench& b) : B(b), execs(b.ranks.size(), nullptr) {}
+    rank_graphs(const rank_graphs&) = delete;
+    rank_graphs& operator=(const rank_graphs&) = delete;
+    ~rank_graphs() {
+        for (auto x : execs)
+            if (x) (void)cudaGraphExecDestroy(x);
+    }
+    //! Takes g (destroys it); rank r's device is current.
+    void instantiate(int r, cudaGraph_t g) {
+        const cudaError_t e = cudaGraphInstantiate(&execs[std::size_t(r)], g, 0);
+        (void)cudaGraphDestroy(g);
+        cuda_ok(e, "cudaGraphInstantiate");
+        cuda_ok(cudaGraphUpload(execs[std::size_t(r)], B.ranks[std::size_t(r)].stream), "cudaGraphUpload");
+    }
+    void launch_all(int launches) {
+        for (int l = 0; l < launches; ++l)
+            for (std::size_t r = 0; r < execs.size(); ++r) {
+                cuda_ok(cudaSetDevice(B.ranks[r].dev), "cudaSetDevice");
+                cuda_ok(cudaGraphLaunch(execs[r], B.ranks[r].stream), "cudaGraphLaunch");
+            }
+    }
+    timed time(long long calls) {
+        launch_all(1); // untimed: first launch of a graph
+        sync_all(B);
+        barrier(B);
+        timed t;
+        const auto t0 = clock_type::now();
+        launch_all(B.opt.cudagraph);
+        const double per = double(calls) * B.opt.cudagraph;
+        t.cpu_secs = std::chrono::duration<double>(clock_type::now() - t0).count() / per;
+        sync_all(B);
+        t.secs = std::chrono::duration<double>(clock_type::now() - t0).count() / per;
+        return t;
+    }
+};
+
 //! Time per call of every rank: -n iterations of -m calls, captured into one
 //! graph per rank, launched once untimed, then -G times timed (nccl-tests
 //! -G); or with -G 0 issued eagerly (-z 1/2: every stream synchronised after
@@ -853,14 +921,7 @@ timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, in
         t.secs = std::chrono::duration<double>(clock_type::now() - t0).count() / double(calls);
         return combine(t);
     }
-    std::vector<cudaGraphExec_t> execs(std::size_t(local), nullptr);
-    struct exec_guard {
-        std::vector<cudaGraphExec_t>& e;
-        ~exec_guard() {
-            for (auto x : e)
-                if (x) (void)cudaGraphExecDestroy(x);
-        }
-    } guard{execs};
+    rank_graphs graphs(B);
     for (int r = 0; r < local; ++r) {
         rank_state& rs = B.ranks[std::size_t(r)];
         cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
@@ -874,28 +935,165 @@ timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, in
             throw;
         }
         cuda_ok(cudaStreamEndCapture(rs.stream, &g), "cudaStreamEndCapture");
-        const cudaError_t e = cudaGraphInstantiate(&execs[std::size_t(r)], g, 0);
-        (void)cudaGraphDestroy(g);
-        cuda_ok(e, "cudaGraphInstantiate");
-        cuda_ok(cudaGraphUpload(execs[std::size_t(r)], rs.stream), "cudaGraphUpload");
+        graphs.instantiate(r, g);
     }
-    auto launch_all = [&](int launches) {
-        for (int l = 0; l < launches; ++l)
-            for (int r = 0; r < local; ++r) {
-                cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
-                cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], B.ranks[std::size_t(r)].stream), "cudaGraphLaunch");
-            }
+    return combine(graphs.time(calls));
+}
+
+#if CHORUS_BENCH_NCCL
+void nccl_ok(ncclResult_t r, const char* what) {
+    if (r != ncclSuccess) throw cuda_failure{std::string(what) + ": " + ncclGetErrorString(r)};
+}
+template <class T>
+constexpr ncclDataType_t nccl_type() {
+    if constexpr (std::is_same_v<T, float>) return ncclFloat32;
+    else return ncclBfloat16;
+}
+
+//! One call of every rank in one NCCL group: the same operands, counts and
+//! root as issue() gives chorus (Broadcast in place on `out`).
+template <class T>
+void issue_nccl(bench& B, coll_kind c, u64 count, int root) {
+    const ncclDataType_t t = nccl_type<T>();
+    nccl_ok(ncclGroupStart(), "ncclGroupStart");
+    for (int r = 0; r < B.local(); ++r) {
+        rank_state& rs = B.ranks[std::size_t(r)];
+        const T* in = in_of<T>(B, rs);
+        T* out = out_of<T>(B, rs);
+        ncclComm_t comm = B.nccl[std::size_t(r)];
+        switch (c) {
+        case coll_kind::all_reduce:
+            nccl_ok(ncclAllReduce(in, out, count, t, ncclSum, comm, rs.stream), "ncclAllReduce");
+            break;
+        case coll_kind::all_gather: nccl_ok(ncclAllGather(in, out, count, t, comm, rs.stream), "ncclAllGather"); break;
+        case coll_kind::reduce_scatter:
+            nccl_ok(ncclReduceScatter(in, out, count, t, ncclSum, comm, rs.stream), "ncclReduceScatter");
+            break;
+        case coll_kind::broadcast:
+            nccl_ok(ncclBroadcast(out, out, count, t, root, comm, rs.stream), "ncclBroadcast");
+            break;
+        case coll_kind::reduce:
+            nccl_ok(ncclReduce(in, out, count, t, ncclSum, root, comm, rs.stream), "ncclReduce");
+            break;
+        }
+    }
+    nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+}
+
+//! NCCL's time per call, measured as time_calls measures chorus's (the same
+//! warm-up, -n x -m calls, -G graph launches or eager with -G 0). Graphs as
+//! nccl-tests makes them: every rank's stream captured at once
+//! (thread-local mode), the group calls, one graph per stream.
+template <class T>
+double time_nccl(bench& B, coll_kind c, u64 count, int root) {
+    const options& o = B.opt;
+    const long long calls = o.timed_calls();
+    for (int i = 0; i < std::max(o.warmup, 1); ++i) issue_nccl<T>(B, c, count, root);
+    sync_all(B);
+    if (o.cudagraph == 0) {
+        const auto t0 = clock_type::now();
+        for (long long i = 0; i < calls; ++i) issue_nccl<T>(B, c, count, root);
+        sync_all(B);
+        return std::chrono::duration<double>(clock_type::now() - t0).count() / double(calls);
+    }
+    rank_graphs graphs(B);
+    for (auto& rs : B.ranks) {
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cuda_ok(cudaStreamBeginCapture(rs.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    }
+    std::vector<cudaGraph_t> g(B.ranks.size(), nullptr);
+    auto end_all = [&] {
+        for (std::size_t r = 0; r < B.ranks.size(); ++r) {
+            (void)cudaSetDevice(B.ranks[r].dev);
+            const cudaError_t e = cudaStreamEndCapture(B.ranks[r].stream, &g[r]);
+            if (e != cudaSuccess) throw cuda_failure{std::string("cudaStreamEndCapture (NCCL): ") + cudaGetErrorString(e)};
+        }
     };
-    launch_all(1); // untimed: first launch of a graph
-    sync_all(B);
-    barrier(B);
-    const auto t0 = clock_type::now();
-    launch_all(o.cudagraph);
-    const double per = double(calls) * o.cudagraph;
-    t.cpu_secs = std::chrono::duration<double>(clock_type::now() - t0).count() / per;
-    sync_all(B);
-    t.secs = std::chrono::duration<double>(clock_type::now() - t0).count() / per;
-    return combine(t);
+    try {
+        for (long long i = 0; i < calls; ++i) issue_nccl<T>(B, c, count, root);
+    } catch (...) {
+        try {
+            end_all();
+        } catch (...) {
+        }
+        for (auto x : g)
+            if (x) (void)cudaGraphDestroy(x);
+        throw;
+    }
+    end_all();
+    for (int r = 0; r < B.local(); ++r) {
+        cuda_ok(cudaSetDevice(B.ranks[std::size_t(r)].dev), "cudaSetDevice");
+        graphs.instantiate(r, g[std::size_t(r)]);
+    }
+    return graphs.time(calls).secs;
+}
+
+//! One communicator per rank, where the NCCL column is measured (else B.nccl_note says why not).
+void init_nccl(bench& B) {
+    if (!B.opt.nccl) {
+        B.nccl_note = "--nccl 0";
+        return;
+    }
+    if (B.opt.processes || B.distinct_devices.size() < 2 || B.distinct_devices.size() != B.devices.size()) {
+        B.nccl_note = "NCCL needs one rank per device and more than one device (this run: " +
+                      std::to_string(B.devices.size()) + " rank(s) on " + std::to_string(B.distinct_devices.size()) +
+                      " device(s)" + (B.opt.processes ? ", --processes" : "") + ")";
+        return;
+    }
+    B.nccl.assign(B.devices.size(), nullptr);
+    const ncclResult_t r = ncclCommInitAll(B.nccl.data(), int(B.devices.size()), B.devices.data());
+    if (r != ncclSuccess) {
+        B.nccl.clear();
+        B.nccl_note = std::string("ncclCommInitAll failed: ") + ncclGetErrorString(r);
+    }
+}
+void release_nccl(bench& B) {
+    for (ncclComm_t c : B.nccl) (void)ncclCommDestroy(c);
+    B.nccl.clear();
+}
+#else
+void init_nccl(bench& B) { B.nccl_note = "built without NCCL (nccl.h or libnccl not found)"; }
+void release_nccl(bench&) {}
+#endif
+
+//! NCCL's time per call (us) for a row, or a negative value where there
+//! is no NCCL column. A failing NCCL call leaves the column empty from
+//! then on (said once); chorus's measurements go on.
+template <class T>
+double nccl_row_us(bench& B, coll_kind c, type_kind tk, u64 count, int root) {
+#if CHORUS_BENCH_NCCL
+    if (B.nccl.empty()) return -1;
+    const auto key = std::make_tuple(int(c), int(tk), count);
+    if (const auto it = B.nccl_us.find(key); it != B.nccl_us.end()) return it->second;
+    try {
+        const double us = time_nccl<T>(B, c, count, root) * 1e6;
+        B.nccl_us[key] = us;
+        return us;
+    } catch (const cuda_failure& e) {
+        B.nccl_note = "NCCL failed (" + e.what + "); no NCCL times from here on";
+        std::printf("# %s\n", B.nccl_note.c_str());
+        release_nccl(B);
+        return -1;
+    }
+#else
+    (void)B, (void)c, (void)tk, (void)count, (void)root;
+    return -1;
+#endif
+}
+
+//! The least bytes any AllReduce (etc.) of n ranks on one device must read
+//! and write in that device's memory: every input read once, every output
+//! written once (S = the row's nccl-tests size, count per rank as issue()).
+double minimum_bytes(coll_kind c, int n, u64 count, std::size_t elem) {
+    const double b = double(count) * double(elem), N = n;
+    switch (c) {
+    case coll_kind::all_reduce: return 2 * N * b;          // read n inputs, write n outputs
+    case coll_kind::all_gather: return N * b + N * N * b;  // read n blocks, write n whole outputs
+    case coll_kind::reduce_scatter: return N * N * b + N * b;
+    case coll_kind::broadcast: return N * b;               // read the root's, write n - 1 others (in place)
+    case coll_kind::reduce: return N * b + b;              // read n inputs, write the root's output
+    }
+    return 0;
 }
 
 //! Blocks the kernel of this (T, Op) can keep resident on `dev` at once:
@@ -931,11 +1129,11 @@ std::string algo_label(const std::string& a, const chorus::policy& pol, int node
 
 void print_table_header(const options& o, const std::string& title, bool chosen) {
     std::printf("#\n# %s\n", title.c_str());
-    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s%s%s\n", "size", "count", "type", "redop", "root",
-                o.report_cputime ? "cputime" : "time", "algbw", "busbw", "#wrong", "moved", "/copy",
-                chosen ? "  chosen" : "", o.report_timestamps ? "  timestamp" : "");
-    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
-                "(GB/s)", "(GB/s)", "", "(GB/s)", "");
+    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s %10s %10s%s%s\n", "size", "count", "type", "redop",
+                "root", o.report_cputime ? "cputime" : "time", "algbw", "busbw", "#wrong", "moved", "/copy", "nccl",
+                "limit", chosen ? "  chosen" : "", o.report_timestamps ? "  timestamp" : "");
+    std::printf("#%14s %11s %6s %6s %5s %11s %9s %9s %7s %10s %7s %10s %10s\n", "(B)", "(elements)", "", "", "",
+                "(us)", "(GB/s)", "(GB/s)", "", "(GB/s)", "", "(us)", "(us)");
     std::fflush(stdout);
 }
 
@@ -1007,32 +1205,48 @@ void run_table(bench& B, const std::string& ak, const chorus::policy& pol, type_
                                     : ak;
         row.moved_gbps = row.moved_bytes / (row.time_us * 1e-6) / 1e9;
         row.copy_ratio = B.copy_gbps > 0 ? row.moved_gbps / B.copy_gbps : 0;
+        // NCCL's time for the same row (right after chorus's), and on one
+        // device the physical limit: the least bytes moved / copy bandwidth.
+        const double nccl_us = nccl_row_us<T>(B, c, tk, count, call_root);
+        const double limit_us = B.distinct_devices.size() == 1 && B.copy_gbps > 0
+                                    ? minimum_bytes(c, n, count, sizeof(T)) / (B.copy_gbps * 1e9) * 1e6
+                                    : -1;
+        const auto cell = [](double v) { // "%10.2f", or "-" (and empty in the CSV) where not measured
+            char buf[32];
+            std::snprintf(buf, sizeof buf, "%.2f", v);
+            return v < 0 ? std::string() : std::string(buf);
+        };
+        const std::string nccl_cell = cell(nccl_us), limit_cell = cell(limit_us);
 
         const std::string stamp = B.opt.report_timestamps ? "  " + chorus_cli::timestamp_now() : "";
-        std::printf(" %14zu %11zu %6s %6s %5d %11.2f %9.2f %9.2f %7" PRIu64 " %10.1f %7.3f%s%s%s\n", row.bytes,
-                    row.count, type_name(tk), redop, root, row.time_us, row.algbw, row.busbw, row.wrong,
-                    row.moved_gbps, row.copy_ratio, chooses ? "  " : "", chooses ? chosen.c_str() : "", stamp.c_str());
+        std::printf(" %14zu %11zu %6s %6s %5d %11.2f %9.2f %9.2f %7" PRIu64 " %10.1f %7.3f %10s %10s%s%s%s\n",
+                    row.bytes, row.count, type_name(tk), redop, root, row.time_us, row.algbw, row.busbw, row.wrong,
+                    row.moved_gbps, row.copy_ratio, nccl_us < 0 ? "-" : nccl_cell.c_str(),
+                    limit_us < 0 ? "-" : limit_cell.c_str(), chooses ? "  " : "", chooses ? chosen.c_str() : "",
+                    stamp.c_str());
         std::fflush(stdout);
         if (B.json) {
             std::fprintf(B.json,
                          "%s\n    {\"collective\": \"%s\", \"type\": \"%s\", \"algo\": \"%s\", \"channels\": %d, "
                          "\"chunk_bytes\": %zu, \"size_bytes\": %zu, \"count\": %zu, \"root\": %d, \"time_us\": %.3f, "
                          "\"algbw_gbps\": %.6f, \"busbw_gbps\": %.6f, \"moved_gbps\": %.6f, \"copy_ratio\": %.6f, "
-                         "\"wrong\": %" PRIu64 ", \"chosen\": \"%s\", \"buffers\": \"%s\"}",
+                         "\"wrong\": %" PRIu64 ", \"chosen\": \"%s\", \"buffers\": \"%s\", \"nccl_time_us\": %s, "
+                         "\"limit_us\": %s}",
                          B.json_rows++ ? "," : "", coll_name(c), type_name(tk), ak.c_str(), pol.tune.channels,
                          std::size_t(pol.tune.chunk_bytes), row.bytes, row.count, root, row.time_us, row.algbw,
-                         row.busbw, row.moved_gbps, row.copy_ratio, row.wrong, chosen.c_str(), buffer_name(B.buffers));
+                         row.busbw, row.moved_gbps, row.copy_ratio, row.wrong, chosen.c_str(), buffer_name(B.buffers),
+                         nccl_us < 0 ? "null" : nccl_cell.c_str(), limit_us < 0 ? "null" : limit_cell.c_str());
             std::fflush(B.json);
         }
         if (B.csv) {
             std::fprintf(B.csv,
                          "%s,%s,%s,%d,%zu,%d,%zu,%d,%d,%d,%d,%zu,%zu,%.3f,%.4f,%.4f,%.0f,%.4f,%.4f,%.5f,%" PRIu64
-                         ",%s,%d,%s\n",
+                         ",%s,%d,%s,%s,%s\n",
                          coll_name(c), type_name(tk), ak.c_str(), pol.tune.channels,
                          std::size_t(pol.tune.chunk_bytes), n, B.distinct_devices.size(), B.node_size,
                          B.opt.cudagraph, B.opt.iters, B.opt.warmup, row.bytes, row.count, row.time_us, row.algbw,
                          row.busbw, row.moved_bytes, row.moved_gbps, B.copy_gbps, row.copy_ratio, row.wrong,
-                         chosen.c_str(), B.processes(), buffer_name(B.buffers));
+                         chosen.c_str(), B.processes(), buffer_name(B.buffers), nccl_cell.c_str(), limit_cell.c_str());
             std::fflush(B.csv);
         }
 
@@ -1249,6 +1463,7 @@ int run(bench& B) {
         B.copy_per_device.push_back(g);
         B.copy_gbps += g;
     }
+    init_nccl(B);
 
     // Header.
     int rt = 0, drv = 0;
@@ -1322,6 +1537,8 @@ int run(bench& B) {
                 o.iters, o.agg_iters, o.warmup, o.check, how.c_str(), o.timeout_ms, B.comms[0].checked() ? "on" : "off", scratch,
                 B.node_size ? (", ranks_per_node " + std::to_string(B.node_size)).c_str() : "");
     std::printf("# copy_gbps=%.2f\n", B.copy_gbps);
+    std::printf("# nccl: %s\n", B.nccl_note.empty() ? "NCCL's time per row in the same run (column nccl)"
+                                                     : ("no column: " + B.nccl_note).c_str());
     std::printf("#\n"
                 "# S = size(B), nccl-tests' size: AllGather the whole receive buffer, ReduceScatter the whole send\n"
                 "#   buffer (n blocks; count = per rank, -b/-e / n rounded down to 16-byte groups), the others the\n"
@@ -1332,7 +1549,10 @@ int run(bench& B) {
                 "#   --processes: each process's clock from an MPI_Barrier; the slowest process's time.\n"
                 "# moved = bytes all ranks' schedules read + write per call (from the schedules), / time.\n"
                 "# /copy = moved / copy bandwidth above (sum over devices). #wrong: elements differing from the\n"
-                "#   exact result, writes past the output, changes to the input (one call per size).\n");
+                "#   exact result, writes past the output, changes to the input (one call per size).\n"
+                "# nccl = NCCL's time per call for the same operands, timed the same way, right after chorus's\n"
+                "#   (one rank per device, more than one device). limit = on one device, the least bytes any\n"
+                "#   implementation reads + writes (every input once, every output once) / copy bandwidth.\n");
     std::fflush(stdout);
 
     if (!o.output_file.empty() && B.first == 0) { // --processes: process 0 writes the files
@@ -1360,7 +1580,7 @@ int run(bench& B) {
         }
         std::fprintf(B.csv, "collective,type,algo,channels,chunk_bytes,ranks,devices,node_size,graph,iters,warmup,"
                             "size_bytes,count,time_us,algbw_gbps,busbw_gbps,moved_bytes,moved_gbps,copy_gbps,"
-                            "copy_ratio,wrong,chosen,processes,buffers\n");
+                            "copy_ratio,wrong,chosen,processes,buffers,nccl_time_us,limit_us\n");
     }
 
     int status = 0;
@@ -1416,6 +1636,7 @@ void release(bench& B) {
         (void)cudaSetDevice(rs.dev);
         if (rs.stream) (void)cudaStreamSynchronize(rs.stream);
     }
+    release_nccl(B);
     B.comms.clear(); // --processes: waits for the peer processes to destroy theirs; takes reg_in/reg_out along
     for (auto& rs : B.ranks) {
         (void)cudaSetDevice(rs.dev);

@@ -39,7 +39,8 @@
 #    and 32 channels, 1 MiB..256 MiB; (b) AllReduce float, 8 virtual ranks,
 #    direct, 8 B..64 KiB; (c) AllGather and ReduceScatter, 8 ranks, ring,
 #    1 MiB..256 MiB; (d) bfloat16 AllReduce, 8 ranks; (e) with more than one
-#    GPU, one rank per device; (f) Broadcast, Reduce and hierarchical<>
+#    GPU, one rank per device, with NCCL's time per row beside chorus's
+#    (the nccl column); (f) Broadcast, Reduce and hierarchical<>
 #    AllReduce, 8 ranks, a coarse sweep; (g) AllReduce float, 8 virtual
 #    ranks, 8 B..64 MiB: automatic (the default policy; its table names
 #    the algorithm it chose per size) against ring<> and direct<> with
@@ -508,7 +509,9 @@ csv() { # csv NAME: the rows of NAME.csv without the header (nothing if absent)
 # 16 busbw, 17 moved_bytes, 18 moved_gbps, 19 copy_gbps, 20 copy_ratio, 21 wrong,
 # 22 chosen (the algorithm that ran: automatic's pick, else the algo itself), 23 processes (MPI
 # processes, one rank each with --processes; 1 for virtual ranks), 24 buffers (device: cudaMalloc
-# read by peers directly; registered: comm.alloc, zero-copy; staged: cudaMalloc, staged).
+# read by peers directly; registered: comm.alloc, zero-copy; staged: cudaMalloc, staged),
+# 25 nccl_time_us (NCCL's time for the row, where NCCL runs: one rank per device, several devices;
+# empty elsewhere), 26 limit_us (one device: least bytes moved / copy bandwidth; empty elsewhere).
 # ranks (6) = every rank of the collective (with --processes, the processes); devices (7) = distinct
 # CUDA devices among them; copy_gbps (19) = the D2D copy bandwidth (read + write) measured in the
 # same run, summed over those devices; copy_ratio (20) = moved_gbps / copy_gbps.
@@ -541,6 +544,13 @@ DIRECT_WORST_NUM=${DIRECT_WORST%% *}
 at256() { # at256 NAME COLLECTIVE: best busbw and /copy at 256 MiB
     csv "$1" | awk -F, -v s=$S256 -v c="$2" '$1 == c && $12 == s && $16 > bw { bw = $16; r = $20 }
         END { if (bw != "") printf "busbw %.1f GB/s, /copy %.3f", bw, r }'
+}
+vs_nccl() { # vs_nccl NAME COLLECTIVE: per size the best chorus time over NCCL's (column 25), the worst size
+    csv "$1" | awk -F, -v c="$2" '$1 == c && $25 != "" && $25 > 0 {
+            if (!($12 in t) || $14 < t[$12]) t[$12] = $14
+            nc[$12] = $25 }
+        END { for (s in t) { r = t[s] / nc[s]; n++; if (r <= 1.0) ok++; if (r > worst) { worst = r; ws = s } }
+              if (n) printf "chorus <= NCCL at %d of %d sizes; worst chorus/NCCL time %.2fx at %d B", ok, n, worst, ws }'
 }
 AWK_HB='function hb(b) { b += 0; return b >= 1048576 ? sprintf("%gM", b / 1048576) : b >= 1024 ? sprintf("%gK", b / 1024) : b "B" }'
 # (g): automatic's picks as size ranges, in size order ("direct 8B-32K, two_shot 64K-64M").
@@ -648,6 +658,8 @@ done
     if ((NGPU > 1)); then
         printf '%-48s %s\n' "AllReduce 1 rank/device x256 MiB (ring)" "$(at256 e_devices_ring all_reduce)"
         printf '%-48s %s\n' "AllReduce 1 rank/device direct, worst small" "$(small_worst e_devices_direct_small)"
+        printf '%-48s %s\n' "AllReduce 1 rank/device ring vs NCCL" "$(vs_nccl e_devices_ring all_reduce)"
+        printf '%-48s %s\n' "AllReduce 1 rank/device direct vs NCCL" "$(vs_nccl e_devices_direct_small all_reduce)"
     fi
     printf '%-48s %s\n' "AllReduce 8 ranks automatic: its picks" "${AUTO_PICKS:-n/a}"
     printf '%-48s %s\n' "automatic vs faster of ring<>/direct<>" "${AUTO_VS:-n/a}"

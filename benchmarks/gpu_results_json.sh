@@ -9,7 +9,10 @@
 # one row per data line of every CSV, in the order given. "algo" is the
 # policy as --algo named it, "default" for automatic (the default policy);
 # "processes" is CSV column 23 (1 where the CSV has no such column: virtual
-# ranks of one process); "nccl_time_us" is null (no NCCL column yet). Each
+# ranks of one process); "nccl_time_us" is CSV column 25 (NCCL's time for
+# the same row, measured where NCCL runs: one rank per device, several
+# devices), null elsewhere; "limit_us" is column 26 (on one device: the
+# least bytes moved over the copy bandwidth), null elsewhere. Each
 # row also carries the fields that tell rows apart: "type", "channels",
 # "chunk_bytes" (the tuning; automatic chooses its own), "devices",
 # "buffers" (device | registered | staged), "chosen" (the algorithm that
@@ -74,11 +77,14 @@ NF < 21 { next }                        # not a data line
     algo = $3 == "automatic" ? "default" : $3
     procs = NF >= 23 && $23 != "" ? $23 : 1
     buffers = NF >= 24 && $24 != "" ? $24 : "device"
+    nccl = NF >= 25 ? num($25) : "null"
+    limit = NF >= 26 ? num($26) : "null"
     printf "%s\n    {\"collective\": %s, \"algo\": %s, \"processes\": %s, \"ranks\": %s, \"size_bytes\": %s, " \
-           "\"time_us\": %s, \"moved_over_copy\": %s, \"nccl_time_us\": null, \"type\": %s, \"channels\": %s, " \
+           "\"time_us\": %s, \"moved_over_copy\": %s, \"nccl_time_us\": %s, \"limit_us\": %s, \"type\": %s, " \
+           "\"channels\": %s, " \
            "\"chunk_bytes\": %s, \"devices\": %s, \"buffers\": %s, \"chosen\": %s, \"busbw_gbps\": %s, " \
            "\"copy_gbps\": %s, \"wrong\": %s, \"run\": %s}",
-           rows++ ? "," : "", str($1), str(algo), num(procs), num($6), num($12), num($14), num($20), str($2),
+           rows++ ? "," : "", str($1), str(algo), num(procs), num($6), num($12), num($14), num($20), nccl, limit, str($2),
            num($4), num($5), num($7), str(buffers), str(NF >= 22 ? $22 : $3), num($16), num($19), num($21), str(run)
 }
 END { printf "%s]\n}\n", rows ? "\n  " : "" }

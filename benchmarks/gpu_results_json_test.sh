@@ -2,7 +2,7 @@
 # CTest bench.results_json: gpu_results_json.sh and gpu_check.sh --summarize
 # on the fixture CSVs of benchmarks/testdata (what chorus_bench_gpu writes:
 # virtual ranks without columns 23-24, one process per GPU with them, a
-# row of nan/inf). The JSON must parse (python3 -m json.tool) and hold what
+# row of nan/inf, and columns 25-26: NCCL's time and the one-device limit). The JSON must parse (python3 -m json.tool) and hold what
 # the fixtures say; the summary must name the process run's target line.
 # Exit 77 (Skipped) without python3.
 set -euo pipefail
@@ -16,18 +16,23 @@ WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 
 bash "$HERE/gpu_results_json.sh" --date 2026-12-07 --card 'NVIDIA H200 "test"' \
-    "$DATA/gpu_virtual.csv" "$DATA/gpu_process.csv" >"$WORK/out.json"
+    "$DATA/gpu_virtual.csv" "$DATA/gpu_process.csv" "$DATA/gpu_devices.csv" >"$WORK/out.json"
 python3 -m json.tool "$WORK/out.json" >/dev/null
 python3 - "$WORK/out.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 assert d["date"] == "2026-12-07" and d["card"] == 'NVIDIA H200 "test"', d
 rows = d["rows"]
-assert len(rows) == 7, len(rows)
+assert len(rows) == 9, len(rows)
 for r in rows:
-    for k in ("collective", "algo", "processes", "ranks", "size_bytes", "time_us", "moved_over_copy", "nccl_time_us"):
+    for k in ("collective", "algo", "processes", "ranks", "size_bytes", "time_us", "moved_over_copy", "nccl_time_us",
+              "limit_us"):
         assert k in r, (k, r)
-    assert r["nccl_time_us"] is None
+# Columns 25-26 (NCCL's time, the one-device limit): numbers where the CSV has them, else null.
+dev = [r for r in rows if r["run"] == "gpu_devices"]
+assert all(r["nccl_time_us"] is None and r["limit_us"] is None for r in rows if r["run"] != "gpu_devices")
+assert dev[0]["nccl_time_us"] == 2210.55 and dev[0]["limit_us"] is None and dev[0]["devices"] == 8, dev[0]
+assert dev[1]["nccl_time_us"] is None and dev[1]["limit_us"] == 0.0, dev[1]
 virt = [r for r in rows if r["run"] == "gpu_virtual"]
 proc = [r for r in rows if r["run"] == "gpu_process"]
 assert len(virt) == 3 and len(proc) == 4
