@@ -379,8 +379,8 @@ void exchange(chorus::gpu::communicator& comm, buffers& b, cudaStream_t st) {
 // buffers. hierarchical<> and automatic AllReduce (float sum, integer
 // values: exact), sizes 1 .. ~1M including counts not divisible by the
 // ranks, in place on cudaMalloc memory (staged inside the node) and out of
-// place on registered memory; broadcast from a rank of the other node;
-// barrier; and the refusals (ring<>, reduce_scatter, send).
+// place on registered memory; all_gather; broadcast from a rank of the
+// other node; barrier; and the refusals (ring<>, reduce_scatter, send).
 void across_nodes(int size, cudaStream_t st) {
     chorus::gpu::options opt = test_options(size);
     opt.ranks_per_node = size / 2;
@@ -450,6 +450,31 @@ void across_nodes(int size, cudaStream_t st) {
                 comm.check();
             } catch (const chorus::error& e) {
                 fail(std::string("across nodes: registered all_reduce / broadcast / barrier: ") + e.what());
+            }
+            // AllGather (emulated nodes are consecutive ranks): cudaMalloc
+            // buffers, staged inside the node.
+            for (std::uint64_t c : {std::uint64_t(1), std::uint64_t(1000), std::uint64_t(40000) + 3}) {
+                try {
+                    float* ag_in = nullptr;
+                    cuda_ok(cudaMalloc(&ag_in, c * sizeof(float)), "cudaMalloc");
+                    for (std::uint64_t i = 0; i < c; ++i) h[i] = value_of(g_rank, i);
+                    cuda_ok(cudaMemcpy(ag_in, h.data(), c * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+                    chorus::all_gather<chorus::hierarchical<>>(comm, std::span<const float>(ag_in, c),
+                                                               std::span<float>(d, c * std::uint64_t(size)), st);
+                    cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+                    comm.check();
+                    std::vector<float> all(c * std::uint64_t(size));
+                    cuda_ok(cudaMemcpy(all.data(), d, all.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+                    std::uint64_t wrong = 0;
+                    for (int q = 0; q < size; ++q)
+                        for (std::uint64_t i = 0; i < c; ++i) wrong += all[std::uint64_t(q) * c + i] != value_of(q, i);
+                    if (wrong)
+                        fail("across nodes: all_gather of " + std::to_string(c) + " per rank: " + std::to_string(wrong) +
+                             " wrong elements");
+                    cudaFree(ag_in);
+                } catch (const chorus::error& e) {
+                    fail("across nodes: all_gather of " + std::to_string(c) + " per rank: " + e.what());
+                }
             }
             // Refused by name, on every rank alike (nothing is issued).
             expect_error("across nodes: ring<>", chorus::errc::invalid_argument, "ring<>", [&] {

@@ -21,6 +21,9 @@
 //!     3. AllGather of the shards inside the node, on the call's stream.
 //!   Broadcast: the root's local index across nodes (MPI), then inside
 //!     every node from that local index.
+//!   AllGather (nodes of consecutive ranks): inside the node into the
+//!     node's part of `out`, across nodes by local rank 0 (MPI), then a
+//!     broadcast of the whole `out` inside the node from local rank 0.
 //!   Barrier: the inter-node group meets (MPI), then a barrier inside the node.
 //!
 //! So a call is host-blocking across nodes (step 2), and the _async forms
@@ -120,6 +123,9 @@ public:
     int nodes = 1, node = 0;                //!< node count, this rank's node
     int local = 0, local_size = 1;          //!< this rank's index inside its node, ranks per node
     std::vector<int> node_of, local_of;     //!< per rank of the whole communicator
+    //! Node k holds ranks k*local_size .. k*local_size + local_size - 1
+    //! (all_gather needs it: a node's blocks are then contiguous).
+    bool consecutive = false;
 
     //! True when the inter-node step hands device pointers to MPI.
     virtual bool cuda_aware() const noexcept = 0;
@@ -132,6 +138,9 @@ public:
                             const inter_wait& w) = 0;
     //! `bytes` of device memory at `buf` from the member on node `root_node`.
     virtual void broadcast(void* buf, std::uint64_t bytes, int root_node, cudaStream_t st, const inter_wait& w) = 0;
+    //! `buf` holds one block of `block_bytes` per node, in node order;
+    //! this member's node's block is filled: every member ends with all.
+    virtual void all_gather(void* buf, std::uint64_t block_bytes, cudaStream_t st, const inter_wait& w) = 0;
 };
 
 //! This rank's schedule for a call inside the node.
@@ -152,12 +161,16 @@ void enqueue_across_nodes(gpu_transport& t, const call& c, const Op& op, Schedul
     const bool hier = !pol.choose && !pol.deterministic && pol.algo == algorithm::hierarchical;
     const bool autom = pol.choose && !pol.deterministic;
     if (coll != collective::barrier) {
-        if (coll != collective::all_reduce && coll != collective::broadcast)
+        if (coll != collective::all_reduce && coll != collective::broadcast && coll != collective::all_gather)
             throw error(errc::invalid_argument,
                         fn + ": not available on a GPU communicator across nodes (" + std::to_string(nd.nodes) +
                             " nodes of " + std::to_string(nd.local_size) +
-                            " ranks): across nodes only all_reduce, broadcast and barrier run, with hierarchical<> "
-                            "or automatic");
+                            " ranks): across nodes only all_reduce, all_gather, broadcast and barrier run, with "
+                            "hierarchical<> or automatic");
+        if (coll == collective::all_gather && !nd.consecutive)
+            throw error(errc::invalid_argument,
+                        fn + ": across nodes all_gather needs every node's ranks to be consecutive ranks of the "
+                             "communicator (start the processes node by node, e.g. mpirun --map-by slot)");
         if (!hier && !autom)
             throw error(errc::invalid_argument,
                         fn + ": policy " + (pol.deterministic ? std::string("deterministic<>")
@@ -268,6 +281,20 @@ void enqueue_across_nodes(gpu_transport& t, const call& c, const Op& op, Schedul
             inter([&] { nd.broadcast(buf, N * sizeof(T), k0, st, iw); });
         }
         node_call(collective::broadcast, buf, buf, N, l0);
+        return;
+    }
+    if (coll == collective::all_gather) {
+        // Inside the node into its (contiguous) part of `out`; local rank 0
+        // of every node trades the node parts across nodes; then a
+        // broadcast inside the node from local rank 0.
+        T* out = static_cast<T*>(c.out);
+        const std::uint64_t Lc = std::uint64_t(L) * N;
+        node_call(collective::all_gather, static_cast<const T*>(c.in), out + std::uint64_t(nd.node) * Lc, N, 0);
+        if (lr == 0) {
+            settle("the in-node all-gather");
+            inter([&] { nd.all_gather(out, Lc * sizeof(T), st, iw); });
+        }
+        node_call(collective::broadcast, out, out, Lc * std::uint64_t(nd.nodes), 0);
         return;
     }
     // AllReduce.

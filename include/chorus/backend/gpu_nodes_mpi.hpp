@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -99,6 +100,9 @@ public:
         local_size = lay.local_size;
         node_of = lay.node_of;
         local_of = lay.local_of;
+        consecutive = true;
+        for (int r = 0; r < size; ++r)
+            consecutive = consecutive && lay.members[std::size_t(r)] == r;
         MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
         aware_ = mpi_cuda_aware();
         if (aware_) return;
@@ -196,6 +200,43 @@ public:
         });
     }
 
+    void all_gather(void* buf, std::uint64_t block_bytes, cudaStream_t st, const inter_wait& w) override {
+        auto* p = static_cast<std::byte*>(buf);
+        if (block_bytes > std::uint64_t(INT_MAX))
+            throw error(errc::invalid_argument, w.fn + ": a node's block of " + std::to_string(block_bytes) +
+                                                    " bytes is more than one MPI_Allgather carries across nodes");
+        if (aware_) {
+            check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, p, int(block_bytes), MPI_BYTE, comm_),
+                  "MPI_Allgather (CUDA-aware)", w);
+            return;
+        }
+        // Chunk j: bytes [j*cw, j*cw + len) of every node's block; a slot
+        // holds one such piece per node.
+        const std::uint64_t cw = slot_bytes_ / std::uint64_t(nodes);
+        if (cw == 0)
+            throw error(errc::invalid_argument, w.fn + ": gpu::options::inter_staging_bytes / 3 is less than one "
+                                                       "byte per node");
+        const std::uint64_t chunks = (block_bytes + cw - 1) / cw;
+        auto len = [&](std::uint64_t i) { return std::size_t(std::min(cw, block_bytes - i * cw)); };
+        pipeline(
+            chunks, true, true, st, w,
+            [&](std::uint64_t i, std::byte* slot, cudaStream_t s) {
+                cuda_check(cudaMemcpyAsync(slot + std::size_t(node) * len(i), p + std::uint64_t(node) * block_bytes +
+                                                                                   i * cw,
+                                           len(i), cudaMemcpyDeviceToHost, s),
+                           "cudaMemcpyAsync (device to pinned host, inter-node staging)");
+            },
+            [&](std::uint64_t i, std::byte* slot) {
+                check(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, slot, int(len(i)), MPI_BYTE, comm_),
+                      "MPI_Allgather (staged through pinned host memory)", w);
+            },
+            [&](std::uint64_t i, std::byte* slot, cudaStream_t s) {
+                cuda_check(cudaMemcpy2DAsync(p + i * cw, std::size_t(block_bytes), slot, len(i), len(i),
+                                             std::size_t(nodes), cudaMemcpyHostToDevice, s),
+                           "cudaMemcpy2DAsync (pinned host to device, inter-node staging)");
+            });
+    }
+
 private:
     void check(int rc, const char* what, const inter_wait& w) const {
         if (rc == MPI_SUCCESS) return;
@@ -206,52 +247,68 @@ private:
                                         std::string(text, std::size_t(len)));
     }
 
-    //! The chunked pipeline over `bytes` of device memory at `dev`: per
-    //! chunk, (to_host) a copy into a pinned slot, `mpi` on the slot, and
-    //! (to_device) a copy back; chunk i+1's copy in is issued before the
-    //! host runs MPI on chunk i, and chunk i's copy back right after it.
+    //! The chunked pipeline over `bytes` of device memory at `dev`, in
+    //! chunks of whole elements of `eb` bytes that fit a slot: per chunk,
+    //! (to_host) a copy into a pinned slot, `mpi` on the slot, and
+    //! (to_device) a copy back.
     template <class Mpi>
     void staged(std::byte* dev, std::uint64_t bytes, std::size_t eb, bool to_host, bool to_device, cudaStream_t st,
                 const inter_wait& w, Mpi&& mpi) {
-        device_guard g(device_);
         const std::uint64_t chunk = slot_bytes_ / eb * eb;
         if (chunk == 0)
             throw error(errc::invalid_argument, w.fn + ": gpu::options::inter_staging_bytes holds no element");
         const std::uint64_t chunks = (bytes + chunk - 1) / chunk;
+        auto len = [&](std::uint64_t i) { return std::size_t(std::min(chunk, bytes - i * chunk)); };
+        pipeline(
+            chunks, to_host, to_device, st, w,
+            [&](std::uint64_t i, std::byte* slot, cudaStream_t s) {
+                cuda_check(cudaMemcpyAsync(slot, dev + i * chunk, len(i), cudaMemcpyDeviceToHost, s),
+                           "cudaMemcpyAsync (device to pinned host, inter-node staging)");
+            },
+            [&](std::uint64_t i, std::byte* slot) { mpi(slot, len(i)); },
+            [&](std::uint64_t i, std::byte* slot, cudaStream_t s) {
+                cuda_check(cudaMemcpyAsync(dev + i * chunk, slot, len(i), cudaMemcpyHostToDevice, s),
+                           "cudaMemcpyAsync (pinned host to device, inter-node staging)");
+            });
+    }
+
+    //! `chunks` chunks through the three slots: chunk i+1's copy in
+    //! (copy_in on the d2h stream) is issued before the host runs `mpi` on
+    //! chunk i, and chunk i's copy back (copy_out on the h2d stream) right
+    //! after it; a slot is refilled only once its copy back has finished.
+    template <class In, class Mpi, class Out>
+    void pipeline(std::uint64_t chunks, bool to_host, bool to_device, cudaStream_t st, const inter_wait& w,
+                  In&& copy_in, Mpi&& mpi, Out&& copy_out) {
+        device_guard g(device_);
         // The copies come after the work already on the call's stream.
         cuda_check(cudaEventRecord(mark_, st), "cudaEventRecord");
         cuda_check(cudaStreamWaitEvent(d2h_, mark_, 0), "cudaStreamWaitEvent");
         cuda_check(cudaStreamWaitEvent(h2d_, mark_, 0), "cudaStreamWaitEvent");
         auto slot = [&](std::uint64_t i) { return host_ + std::size_t(i % 3) * slot_bytes_; };
-        auto len = [&](std::uint64_t i) { return std::size_t(std::min(chunk, bytes - i * chunk)); };
-        auto copy_in = [&](std::uint64_t i) {
+        auto issue_in = [&](std::uint64_t i) {
             const int s = int(i % 3);
             // The slot's previous chunk (i - 3) must have been copied back.
             if (i >= 3) cuda_check(cudaStreamWaitEvent(d2h_, h2d_done_[s], 0), "cudaStreamWaitEvent");
-            cuda_check(cudaMemcpyAsync(slot(i), dev + i * chunk, len(i), cudaMemcpyDeviceToHost, d2h_),
-                       "cudaMemcpyAsync (device to pinned host, inter-node staging)");
+            copy_in(i, slot(i), d2h_);
             cuda_check(cudaEventRecord(d2h_done_[s], d2h_), "cudaEventRecord");
         };
-        if (to_host) copy_in(0);
+        if (to_host && chunks > 0) issue_in(0);
         for (std::uint64_t i = 0; i < chunks; ++i) {
             const int s = int(i % 3);
             if (to_host) {
-                if (i + 1 < chunks) copy_in(i + 1);
+                if (i + 1 < chunks) issue_in(i + 1);
                 inter_wait_event(d2h_done_[s], w, "a chunk's copy to host memory for the inter-node step");
             } else if (i >= 3) {
                 inter_wait_event(h2d_done_[s], w, "a chunk's copy back to the device (its slot is reused)");
             }
-            mpi(slot(i), len(i));
-            if (to_device)
-                cuda_check(cudaMemcpyAsync(dev + i * chunk, slot(i), len(i), cudaMemcpyHostToDevice, h2d_),
-                           "cudaMemcpyAsync (pinned host to device, inter-node staging)");
+            mpi(i, slot(i));
+            if (to_device) copy_out(i, slot(i), h2d_);
             cuda_check(cudaEventRecord(h2d_done_[s], h2d_), "cudaEventRecord");
         }
-        // Later work on the call's stream sees the results.
+        // Later work on the call's stream (and the next call's copies,
+        // which wait on that stream) sees the results.
         cuda_check(cudaEventRecord(mark_, h2d_), "cudaEventRecord");
         cuda_check(cudaStreamWaitEvent(st, mark_, 0), "cudaStreamWaitEvent");
-        // A root that copied nothing back must still not reuse slots early:
-        // the next call waits on d2h_ / h2d_ through the events above.
     }
 
     MPI_Comm comm_ = MPI_COMM_NULL;
