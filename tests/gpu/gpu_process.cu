@@ -371,6 +371,131 @@ void exchange(chorus::gpu::communicator& comm, buffers& b, cudaStream_t st) {
                  [&] { (void)comm.split(0, r); });
 }
 
+// --- emulated nodes: GPU ranks across nodes ----------------------------------
+
+// With an even process count >= 4: two emulated nodes of size / 2 ranks
+// (opt.ranks_per_node), so the inter-node step really goes through MPI
+// (pinned host staging unless Open MPI is CUDA-aware) with device-resident
+// buffers. hierarchical<> and automatic AllReduce (float sum, integer
+// values: exact), sizes 1 .. ~1M including counts not divisible by the
+// ranks, in place on cudaMalloc memory (staged inside the node) and out of
+// place on registered memory; all_gather; broadcast from a rank of the
+// other node; barrier; and the refusals (ring<>, reduce_scatter, send).
+void across_nodes(int size, cudaStream_t st) {
+    chorus::gpu::options opt = test_options(size);
+    opt.ranks_per_node = size / 2;
+    opt.scratch_bytes = std::size_t(24) << 20;  // 2^20 + 3 floats staged in place, plus the schedule's
+    opt.inter_staging_bytes = 3 * (16 << 10);   // small slots: many chunks through the pipeline
+    try {
+        auto comm = chorus::gpu::make_communicator(MPI_COMM_WORLD, 0, opt);
+        if (comm.rank() != g_rank || comm.size() != size) fail("across nodes: rank or size differ from MPI's");
+        const std::uint64_t big = (std::uint64_t(1) << 20) + 3;
+        float* d = nullptr;
+        cuda_ok(cudaMalloc(&d, big * sizeof(float)), "cudaMalloc");
+        std::vector<float> h(big);
+        auto check_sum = [&](const char* what, const float* dev, std::uint64_t n) {
+            cuda_ok(cudaMemcpy(h.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+            std::uint64_t wrong = 0;
+            for (std::uint64_t i = 0; i < n; ++i) {
+                float want = 0.f;
+                for (int q = 0; q < size; ++q) want += value_of(q, i);
+                wrong += h[i] != want;
+            }
+            if (wrong)
+                fail(std::string("across nodes: ") + what + " of " + std::to_string(n) + ": " +
+                     std::to_string(wrong) + " wrong elements");
+        };
+        auto fill = [&](float* dev, std::uint64_t n) {
+            for (std::uint64_t i = 0; i < n; ++i) h[i] = value_of(g_rank, i);
+            cuda_ok(cudaMemcpy(dev, h.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+        };
+        const std::uint64_t L = std::uint64_t(size / 2);
+        for (std::uint64_t n : {std::uint64_t(1), L - 1, L, L + 1, 2 * L + 1, std::uint64_t(1000), std::uint64_t(65537),
+                                big}) {
+            if (n == 0) continue;
+            try {
+                fill(d, n);
+                chorus::all_reduce<chorus::hierarchical<>>(comm, std::span<float>(d, n), chorus::sum{}, st);
+                cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+                comm.check();
+                check_sum("hierarchical<> all_reduce (in place, cudaMalloc)", d, n);
+                fill(d, n);
+                auto f = chorus::all_reduce_async(comm, std::span<float>(d, n), chorus::sum{}, st);
+                f.get();
+                check_sum("automatic all_reduce_async (in place, cudaMalloc)", d, n);
+            } catch (const chorus::error& e) {
+                fail("across nodes: all_reduce of " + std::to_string(n) + ": " + e.what());
+            }
+        }
+        {
+            const std::uint64_t n = 3001;
+            auto in = comm.alloc<float>(n);
+            auto out = comm.alloc<float>(n);
+            try {
+                fill(in.data(), n);
+                chorus::all_reduce<chorus::hierarchical<chorus::direct<>, chorus::ring<>>>(
+                    comm, std::span<const float>(in.data(), n), out, chorus::sum{});
+                check_sum("hierarchical<direct<>, ring<>> all_reduce (registered, out of place)", out.data(), n);
+                // Broadcast from the last rank (the other node for rank 0).
+                const int root = size - 1;
+                for (std::uint64_t i = 0; i < n; ++i) h[i] = g_rank == root ? value_of(root, i) : -1.f;
+                cuda_ok(cudaMemcpy(out.data(), h.data(), n * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+                chorus::broadcast<chorus::hierarchical<>>(comm, out, root);
+                cuda_ok(cudaMemcpy(h.data(), out.data(), n * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+                std::uint64_t wrong = 0;
+                for (std::uint64_t i = 0; i < n; ++i) wrong += h[i] != value_of(root, i);
+                if (wrong) fail("across nodes: broadcast: " + std::to_string(wrong) + " wrong elements");
+                chorus::barrier(comm, st);
+                cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+                comm.check();
+            } catch (const chorus::error& e) {
+                fail(std::string("across nodes: registered all_reduce / broadcast / barrier: ") + e.what());
+            }
+            // AllGather (emulated nodes are consecutive ranks): cudaMalloc
+            // buffers, staged inside the node.
+            for (std::uint64_t c : {std::uint64_t(1), std::uint64_t(1000), std::uint64_t(40000) + 3}) {
+                try {
+                    float* ag_in = nullptr;
+                    cuda_ok(cudaMalloc(&ag_in, c * sizeof(float)), "cudaMalloc");
+                    for (std::uint64_t i = 0; i < c; ++i) h[i] = value_of(g_rank, i);
+                    cuda_ok(cudaMemcpy(ag_in, h.data(), c * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+                    chorus::all_gather<chorus::hierarchical<>>(comm, std::span<const float>(ag_in, c),
+                                                               std::span<float>(d, c * std::uint64_t(size)), st);
+                    cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+                    comm.check();
+                    std::vector<float> all(c * std::uint64_t(size));
+                    cuda_ok(cudaMemcpy(all.data(), d, all.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+                    std::uint64_t wrong = 0;
+                    for (int q = 0; q < size; ++q)
+                        for (std::uint64_t i = 0; i < c; ++i) wrong += all[std::uint64_t(q) * c + i] != value_of(q, i);
+                    if (wrong)
+                        fail("across nodes: all_gather of " + std::to_string(c) + " per rank: " + std::to_string(wrong) +
+                             " wrong elements");
+                    cudaFree(ag_in);
+                } catch (const chorus::error& e) {
+                    fail("across nodes: all_gather of " + std::to_string(c) + " per rank: " + e.what());
+                }
+            }
+            // Refused by name, on every rank alike (nothing is issued).
+            expect_error("across nodes: ring<>", chorus::errc::invalid_argument, "ring<>", [&] {
+                chorus::all_reduce<chorus::ring<>>(comm, std::span<float>(out.data(), n), chorus::sum{}, st);
+            });
+            expect_error("across nodes: reduce_scatter", chorus::errc::invalid_argument, "reduce_scatter", [&] {
+                chorus::reduce_scatter<chorus::hierarchical<>>(comm, std::span<const float>(in.data(), n / size * size),
+                                                               std::span<float>(out.data(), n / size), chorus::sum{}, st);
+            });
+            expect_error("across nodes: send", chorus::errc::invalid_argument, "across nodes", [&] {
+                chorus::send(comm, std::span<const float>(in.data(), 4), (g_rank + 1) % size, st);
+            });
+            comm.free(in);
+            comm.free(out);
+        }
+        cudaFree(d);
+    } catch (const chorus::error& e) {
+        fail(std::string("across nodes: ") + e.what());
+    }
+}
+
 int main(int argc, char** argv) {
     if (argc == 5 && std::string(argv[1]) == "--child") return child_main(argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
     int provided = 0;
@@ -521,6 +646,7 @@ int main(int argc, char** argv) {
         cudaFree(b.priv_in);
         cudaFree(b.priv_out);
     }
+    if (size >= 4 && size % 2 == 0) across_nodes(size, st);
     cudaStreamDestroy(st);
 
     MPI_Barrier(MPI_COMM_WORLD);

@@ -83,6 +83,7 @@ namespace gpu {
 } // namespace gpu
 namespace detail {
 class gpu_transport;
+class gpu_inter_nodes; // backend/gpu_nodes.hpp
 }
 namespace gpu {
 
@@ -116,6 +117,12 @@ struct options {
     //! One process per GPU only: how long each setup exchange waits for
     //! the other processes (they may start seconds apart under mpirun).
     std::chrono::milliseconds setup_timeout{60000};
+    //! GPU ranks across nodes (make_communicator over an MPI communicator
+    //! spanning several nodes, backend/gpu_nodes.hpp) without CUDA-aware
+    //! MPI only: the pinned host buffer the inter-node step stages through,
+    //! allocated once with the communicator, used in three chunk slots
+    //! (device-to-host copy, MPI, host-to-device copy overlapped).
+    std::size_t inter_staging_bytes = std::size_t(12) << 20;
 };
 
 } // namespace gpu
@@ -227,6 +234,11 @@ struct gpu_world {
     lane_peer_map* maps_dev = nullptr;   //!< [n], device memory: lane_world::maps
     void* node_registered = nullptr;     //!< the node page, while cudaHostRegister'ed
     std::chrono::milliseconds linger{0}; //!< how long destruction waits for the peers to leave
+    //! GPU ranks across nodes: the inter-node half (backend/gpu_nodes.hpp);
+    //! this world is then the process world of this rank's node. Null:
+    //! every rank of the communicator is in this world.
+    std::shared_ptr<gpu_inter_nodes> nodes;
+    int nodes_rank = 0, nodes_size = 0; //!< across nodes: this rank and the rank count of the whole communicator
 
     //! What a kernel of rank `r`'s device is given as its world.
     lane_world device_world(int d) const {
@@ -309,8 +321,13 @@ public:
 
     gpu_transport(std::shared_ptr<gpu_world> world, int rank) : world_(std::move(world)), rank_(rank) {}
 
-    int rank() const noexcept { return rank_; }
-    int size() const noexcept { return world_->n; }
+    //! This rank and the rank count of the whole communicator (across
+    //! nodes: of every node; the world holds this node's ranks).
+    int rank() const noexcept;
+    int size() const noexcept;
+    //! This rank in its world (across nodes: its index inside its node).
+    int local_rank() const noexcept { return rank_; }
+    const std::shared_ptr<gpu_world>& world() const noexcept { return world_; }
     int node_size() const noexcept { return world_->node_size; }
     const model::topology& topology() const noexcept { return world_->topo; }
     //! Scratch was allocated once per rank: automatic leaves out what needs more.
@@ -336,7 +353,7 @@ public:
             return;
         }
         std::vector<int> same, other;
-        for (int q = 0; q < size(); ++q)
+        for (int q = 0; q < world_->n; ++q)
             if (q != rank_) (world_->dev[std::size_t(q)] == me ? same : other).push_back(q);
         log_line(log_level::info, rank_, size(),
                  "transport: device %d (%d rank(s) on it); scratch %s per rank; a channel is a block of %d threads",
@@ -406,8 +423,12 @@ public:
 
     //! Enqueues one collective on `stream` (null: the rank's own): one
     //! kernel per (element type, operator) runs every policy's schedule.
+    //! Across nodes: enqueue_across_nodes (backend/gpu_nodes.hpp).
     template <class T, class Op, class Schedules>
     void enqueue(const call& c, const Op& op, Schedules& s, void* stream);
+    //! \internal One collective of this world's ranks (`c` planned for them).
+    template <class T, class Op, class Schedules>
+    void enqueue_local(const call& c, const Op& op, Schedules& s, void* stream);
 
     //! A future that completes when `stream` (null: the rank's own) has
     //! run everything enqueued so far, and reports this rank's faults.
@@ -450,6 +471,9 @@ public:
     template <class T>
     void enqueue_p2p(bool is_send, T* buf, std::uint64_t count, int peer, call_settings cs, void* stream_handle) {
         const std::string fn = is_send ? "chorus::send" : "chorus::recv";
+        if (world_->nodes)
+            throw error(errc::invalid_argument, fn + ": not available on a GPU communicator across nodes (send and "
+                                                     "receive run inside one node only)");
         cudaStream_t st = stream_handle != nullptr ? static_cast<cudaStream_t>(stream_handle) : stream();
         const int dev = device();
         device_guard guard(dev);
@@ -522,13 +546,16 @@ private:
     int rank_ = 0;
 };
 
+inline int gpu_transport::rank() const noexcept { return world_->nodes ? world_->nodes_rank : rank_; }
+inline int gpu_transport::size() const noexcept { return world_->nodes ? world_->nodes_size : world_->n; }
+
 inline gpu_transport::staged gpu_transport::stage(const call& c, std::uint64_t eb,
                                                   std::uint64_t sched_elems) const {
     const collective coll = c.coll;
     std::byte* const scratch = static_cast<std::byte*>(world_->scratch[std::size_t(rank_)]);
     staged r{c.in, c.out, scratch};
     lane_process_world& pw = *world_->proc;
-    const std::uint64_t n = std::uint64_t(size());
+    const std::uint64_t n = std::uint64_t(world_->n);
     const std::uint64_t in_len = coll == collective::reduce_scatter ? c.count * n : c.count;
     const std::uint64_t out_len = c.out == nullptr ? 0 : coll == collective::all_gather ? c.count * n : c.count;
     const bool in_ok = c.in == nullptr || pw.reachable(c.in, in_len * eb);
@@ -585,7 +612,16 @@ inline gpu_transport::staged gpu_transport::stage(const call& c, std::uint64_t e
 }
 
 template <class T, class Op, class Schedules>
+void enqueue_across_nodes(gpu_transport& t, const call& c, const Op& op, Schedules& s, void* stream_handle);
+
+template <class T, class Op, class Schedules>
 void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* stream_handle) {
+    if (world_->nodes) enqueue_across_nodes<T>(*this, c, op, s, stream_handle);
+    else enqueue_local<T>(c, op, s, stream_handle);
+}
+
+template <class T, class Op, class Schedules>
+void gpu_transport::enqueue_local(const call& c, const Op& op, Schedules& s, void* stream_handle) {
     cudaStream_t st = stream_handle != nullptr ? static_cast<cudaStream_t>(stream_handle) : stream();
     const int dev = device();
     device_guard guard(dev);
@@ -650,7 +686,7 @@ void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* str
     if (L.sch.kind == schedule_kind::exchange && !c.counts.empty()) {
         std::uint64_t* area = world_->counts_dev[std::size_t(rank_)];
         const std::size_t total = c.counts.size();
-        if (area == nullptr || total > std::size_t(size()) * std::size_t(size()))
+        if (area == nullptr || total > std::size_t(world_->n) * std::size_t(world_->n))
             throw error(errc::internal, std::string("chorus::") + collective_name(coll) + ": " +
                                             std::to_string(total) + " counts do not fit the rank's counts area");
         for (std::size_t first = 0; first < total; first += counts_piece_max) {
@@ -970,3 +1006,5 @@ inline void stream_wait(cudaStream_t stream, const future& f) {
 } // namespace gpu
 
 } // namespace chorus
+
+#include "gpu_nodes.hpp"

@@ -1,0 +1,314 @@
+#pragma once
+//! \file backend/gpu_nodes.hpp
+//! GPU ranks across nodes (one process per GPU, several nodes): what a
+//! collective of such a communicator runs. The communicator's gpu_world is
+//! the process world of this rank's node (CUDA IPC inside the node, the
+//! usual kernels); gpu_world::nodes holds the inter-node half, an
+//! gpu_inter_nodes (backend/gpu_nodes_mpi.hpp implements it over MPI: the
+//! ranks with this rank's local index on every node). A collective is
+//! orchestrated by the host, stream-ordered where it can be:
+//!
+//!   AllReduce (hierarchical<Intra, Inter>, or automatic, which takes it):
+//!     1. ReduceScatter of the first L*m elements inside the node (the
+//!        kernel of Intra on the node world, L ranks, m = count / L), this
+//!        rank's shard landing at out + local*m; the count % L remaining
+//!        elements: an AllReduce inside the node;
+//!     2. the host waits for that work (bounded: the call's timeout, the
+//!        abort word), the inter-node group agrees that every member got
+//!        there intact, then AllReduces the shard (and the remainder)
+//!        across nodes (gpu_inter_nodes::all_reduce: MPI on device memory
+//!        when MPI is CUDA-aware, else pinned host staging in chunks);
+//!     3. AllGather of the shards inside the node, on the call's stream.
+//!   Broadcast: the root's local index across nodes (MPI), then inside
+//!     every node from that local index.
+//!   AllGather (nodes of consecutive ranks): inside the node into the
+//!     node's part of `out`, across nodes by local rank 0 (MPI), then a
+//!     broadcast of the whole `out` inside the node from local rank 0.
+//!   Barrier: the inter-node group meets (MPI), then a barrier inside the node.
+//!
+//! So a call is host-blocking across nodes (step 2), and the _async forms
+//! run steps 1-2 before they return (their future is step 3's event).
+//! Anything else across nodes (flat policies, deterministic<>, the other
+//! collectives, send/recv, element types and operators MPI does not
+//! reduce) throws chorus::error naming what is not available.
+//!
+//! Status: compiled (nvcc, CUDA 13), never run on a GPU; never run with
+//! real NVLink or a real network.
+
+#if !defined(__CUDACC__)
+#  error "chorus/backend/gpu_nodes.hpp is CUDA code: include <chorus/gpu.hpp> from a .cu file compiled by nvcc"
+#endif
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "../algo/automatic.hpp"
+#include "../core/error.hpp"
+#include "../ops/operators.hpp"
+#include "gpu.hpp"
+
+namespace chorus::detail {
+
+//! The element types and operators the inter-node step reduces (what MPI
+//! reduces natively).
+enum class inter_elem : std::uint8_t { none, i8, u8, i16, u16, i32, u32, i64, u64, f32, f64 };
+enum class inter_op : std::uint8_t { none, sum, prod, min, max };
+
+template <class T>
+constexpr inter_elem inter_elem_of() {
+    if constexpr (std::is_same_v<T, float>) return inter_elem::f32;
+    else if constexpr (std::is_same_v<T, double>) return inter_elem::f64;
+    else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
+        constexpr bool s = std::is_signed_v<T>;
+        if constexpr (sizeof(T) == 1) return s ? inter_elem::i8 : inter_elem::u8;
+        else if constexpr (sizeof(T) == 2) return s ? inter_elem::i16 : inter_elem::u16;
+        else if constexpr (sizeof(T) == 4) return s ? inter_elem::i32 : inter_elem::u32;
+        else if constexpr (sizeof(T) == 8) return s ? inter_elem::i64 : inter_elem::u64;
+        else return inter_elem::none;
+    } else return inter_elem::none;
+}
+template <class Op>
+constexpr inter_op inter_op_of() {
+    if constexpr (std::is_same_v<Op, sum>) return inter_op::sum;
+    else if constexpr (std::is_same_v<Op, prod>) return inter_op::prod;
+    else if constexpr (std::is_same_v<Op, min>) return inter_op::min;
+    else if constexpr (std::is_same_v<Op, max>) return inter_op::max;
+    else return inter_op::none;
+}
+
+//! How a host wait of the inter-node step is bounded.
+struct inter_wait {
+    std::chrono::steady_clock::time_point deadline;
+    std::chrono::milliseconds timeout{0};
+    std::function<bool()> aborted; //!< true once the node world's abort word is set
+    std::string fn;                //!< the call, for errors
+};
+
+//! Waits until `ev` has completed on the device, at most until w.deadline
+//! and while the abort word is clear; throws errc::timeout / errc::aborted
+//! naming `what`, or CUDA's error.
+inline void inter_wait_event(cudaEvent_t ev, const inter_wait& w, const char* what) {
+    for (unsigned polls = 0;; ++polls) {
+        const cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaSuccess) return;
+        if (e != cudaErrorNotReady) throw_cuda(e, std::string("waiting for ") + what);
+        (void)cudaGetLastError();
+        if (w.aborted && w.aborted())
+            throw error(errc::aborted, w.fn + ": the communicator was aborted while this rank waited for " + what);
+        if (std::chrono::steady_clock::now() >= w.deadline)
+            throw error(errc::timeout, w.fn + ": timed out after " + std::to_string(w.timeout.count()) +
+                                           " ms waiting for " + what);
+        if (polls < 64) std::this_thread::yield();
+        else std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+}
+
+//! The inter-node half of a GPU communicator across nodes (one per
+//! process). Every call is collective over this rank's inter-node group
+//! (the ranks with its local index on every node), host-blocking, and
+//! cannot be interrupted once inside MPI.
+class gpu_inter_nodes {
+public:
+    virtual ~gpu_inter_nodes() = default;
+
+    int rank = 0, size = 1;                 //!< in the whole communicator
+    int nodes = 1, node = 0;                //!< node count, this rank's node
+    int local = 0, local_size = 1;          //!< this rank's index inside its node, ranks per node
+    std::vector<int> node_of, local_of;     //!< per rank of the whole communicator
+    //! Node k holds ranks k*local_size .. k*local_size + local_size - 1
+    //! (all_gather needs it: a node's blocks are then contiguous).
+    bool consecutive = false;
+
+    //! True when the inter-node step hands device pointers to MPI.
+    virtual bool cuda_aware() const noexcept = 0;
+    //! Every member passes its `ok`; true when all were true.
+    virtual bool agree(bool ok, const inter_wait& w) = 0;
+    //! In place on `count` elements of device memory at `buf` (its
+    //! producer has completed): op over the group. Results are in `buf`
+    //! for work issued on `st` afterwards.
+    virtual void all_reduce(void* buf, std::uint64_t count, inter_elem t, inter_op op, cudaStream_t st,
+                            const inter_wait& w) = 0;
+    //! `bytes` of device memory at `buf` from the member on node `root_node`.
+    virtual void broadcast(void* buf, std::uint64_t bytes, int root_node, cudaStream_t st, const inter_wait& w) = 0;
+    //! `buf` holds one block of `block_bytes` per node, in node order;
+    //! this member's node's block is filled: every member ends with all.
+    virtual void all_gather(void* buf, std::uint64_t block_bytes, cudaStream_t st, const inter_wait& w) = 0;
+};
+
+//! This rank's schedule for a call inside the node.
+struct node_call_schedules {
+    any_schedule sch;
+    const any_schedule& mine() const noexcept { return sch; }
+};
+
+//! A collective across nodes (see the file comment): gpu_transport::enqueue
+//! sends here when gpu_world::nodes is set.
+template <class T, class Op, class Schedules>
+void enqueue_across_nodes(gpu_transport& t, const call& c, const Op& op, Schedules&, void* stream_handle) {
+    gpu_world& w = *t.world();
+    gpu_inter_nodes& nd = *w.nodes;
+    const collective coll = c.coll;
+    const std::string fn = std::string("chorus::") + collective_name(coll);
+    const policy& pol = c.pol;
+    const bool hier = !pol.choose && !pol.deterministic && pol.algo == algorithm::hierarchical;
+    const bool autom = pol.choose && !pol.deterministic;
+    if (coll != collective::barrier) {
+        if (coll != collective::all_reduce && coll != collective::broadcast && coll != collective::all_gather)
+            throw error(errc::invalid_argument,
+                        fn + ": not available on a GPU communicator across nodes (" + std::to_string(nd.nodes) +
+                            " nodes of " + std::to_string(nd.local_size) +
+                            " ranks): across nodes only all_reduce, all_gather, broadcast and barrier run, with "
+                            "hierarchical<> or automatic");
+        if (coll == collective::all_gather && !nd.consecutive)
+            throw error(errc::invalid_argument,
+                        fn + ": across nodes all_gather needs every node's ranks to be consecutive ranks of the "
+                             "communicator (start the processes node by node, e.g. mpirun --map-by slot)");
+        if (!hier && !autom)
+            throw error(errc::invalid_argument,
+                        fn + ": policy " + (pol.deterministic ? std::string("deterministic<>")
+                                                              : std::string(algorithm_name(pol.algo)) + "<>") +
+                            " is not available on a GPU communicator across nodes (" + std::to_string(nd.nodes) +
+                            " nodes): a flat schedule cannot span nodes; use hierarchical<> (or automatic, which "
+                            "takes it)");
+    }
+    const inter_elem et = inter_elem_of<T>();
+    const inter_op eo = inter_op_of<Op>();
+    if (coll == collective::all_reduce) {
+        if (et == inter_elem::none)
+            throw error(errc::invalid_argument,
+                        fn + ": the element type (" + std::to_string(sizeof(T)) +
+                            " bytes) is not one MPI reduces across nodes; GPU communicators across nodes reduce "
+                            "float, double and the standard integer types");
+        if (eo == inter_op::none)
+            throw error(errc::invalid_argument,
+                        fn + ": the operator is not one MPI reduces across nodes; GPU communicators across nodes "
+                             "reduce with chorus::sum, prod, min and max (or the std:: functors equal to them)");
+    }
+    cudaStream_t st = stream_handle != nullptr ? static_cast<cudaStream_t>(stream_handle) : t.stream();
+    const int dev = t.device();
+    device_guard guard(dev);
+    const int L = w.n, lr = t.local_rank();
+    const policy intra = autom ? policy::automatic() : policy::fixed(pol.intra, pol.tune);
+
+    // One call on the node world, through the ordinary path (staging included).
+    auto node_call = [&](collective k, const T* in, T* out, std::uint64_t count, int root) {
+        call nc = c;
+        nc.coll = k;
+        nc.in = in;
+        nc.out = out;
+        nc.count = count;
+        nc.root = root;
+        nc.counts = {};
+        nc.signature_count = count;
+        nc.counts_id = 0;
+        nc.small = false;
+        nc.pol = k == collective::barrier ? policy::fixed(algorithm::direct) : intra;
+        nc.planned = nc.pol;
+        schedule_args a{k, lr, L, root, count, sizeof(T), false, L};
+        if (k == collective::barrier) a = schedule_args{collective::all_reduce, lr, L, 0, 0, 1, false, 0};
+        else a.in_place = in_place_call<T>(k, in, out, lr, count);
+        a.commutative = c.args.commutative;
+        a.topo = &w.topo;
+        a.scratch_limit_bytes = w.scratch_bytes;
+        nc.args = a;
+        node_call_schedules ns{make_schedule(nc.planned, nc.args)};
+        t.template enqueue_local<T>(nc, op, ns, st);
+    };
+    inter_wait iw;
+    iw.timeout = c.settings.timeout;
+    iw.deadline = std::chrono::steady_clock::now() + c.settings.timeout;
+    iw.aborted = [&w] { return w.aborted(); };
+    iw.fn = fn;
+    // Waits for the work enqueued on `st` so far, then makes the group
+    // agree that every member got there; a failure anywhere fails every
+    // member (none is left inside MPI alone), and this rank's own is
+    // rethrown as it was.
+    auto settle = [&](const char* what) {
+        std::exception_ptr mine;
+        try {
+            cudaEvent_t ev = nullptr;
+            cuda_check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate");
+            struct destroy {
+                cudaEvent_t e;
+                ~destroy() { (void)cudaEventDestroy(e); }
+            } d{ev};
+            cuda_check(cudaEventRecord(ev, st), "cudaEventRecord");
+            inter_wait_event(ev, iw, what);
+            t.check();
+        } catch (...) {
+            mine = std::current_exception();
+            if (!w.aborted()) w.abort(fn + ": rank " + std::to_string(nd.rank) + " failed before the inter-node step");
+        }
+        const bool all = nd.agree(mine == nullptr, iw);
+        if (mine) std::rethrow_exception(mine);
+        if (!all) {
+            w.abort(fn + ": a rank on another node failed before the inter-node step");
+            throw error(errc::peer_failed, fn + ": a rank with local index " + std::to_string(nd.local) +
+                                               " on another node failed before the inter-node step (see its error)");
+        }
+    };
+    // An inter-node step that fails (MPI error, timeout, abort) breaks the
+    // node world, so the node peers' next kernels stop at once.
+    auto inter = [&](auto&& step) {
+        try {
+            step();
+        } catch (const error& e) {
+            w.abort(e.what());
+            throw;
+        }
+    };
+
+    if (coll == collective::barrier) {
+        settle("the work before the barrier");
+        node_call(collective::barrier, nullptr, nullptr, 0, 0);
+        return;
+    }
+    const std::uint64_t N = c.count;
+    if (N == 0) return;
+    if (coll == collective::broadcast) {
+        const int k0 = nd.node_of[std::size_t(c.root)], l0 = nd.local_of[std::size_t(c.root)];
+        T* buf = static_cast<T*>(c.out != nullptr ? c.out : const_cast<void*>(c.in));
+        if (lr == l0) {
+            settle("the work before the broadcast");
+            inter([&] { nd.broadcast(buf, N * sizeof(T), k0, st, iw); });
+        }
+        node_call(collective::broadcast, buf, buf, N, l0);
+        return;
+    }
+    if (coll == collective::all_gather) {
+        // Inside the node into its (contiguous) part of `out`; local rank 0
+        // of every node trades the node parts across nodes; then a
+        // broadcast inside the node from local rank 0.
+        T* out = static_cast<T*>(c.out);
+        const std::uint64_t Lc = std::uint64_t(L) * N;
+        node_call(collective::all_gather, static_cast<const T*>(c.in), out + std::uint64_t(nd.node) * Lc, N, 0);
+        if (lr == 0) {
+            settle("the in-node all-gather");
+            inter([&] { nd.all_gather(out, Lc * sizeof(T), st, iw); });
+        }
+        node_call(collective::broadcast, out, out, Lc * std::uint64_t(nd.nodes), 0);
+        return;
+    }
+    // AllReduce.
+    const T* in = static_cast<const T*>(c.in);
+    T* out = static_cast<T*>(c.out);
+    const std::uint64_t m = N / std::uint64_t(L), body = m * std::uint64_t(L), tail = N - body;
+    if (m > 0) node_call(collective::reduce_scatter, in, out + std::uint64_t(lr) * m, m, 0);
+    if (tail > 0) node_call(collective::all_reduce, in + body, out + body, tail, 0);
+    settle("the in-node reduce-scatter");
+    inter([&] {
+        if (m > 0) nd.all_reduce(out + std::uint64_t(lr) * m, m, et, eo, st, iw);
+        if (tail > 0) nd.all_reduce(out + body, tail, et, eo, st, iw);
+    });
+    if (m > 0) node_call(collective::all_gather, out + std::uint64_t(lr) * m, out, m, 0);
+}
+
+} // namespace chorus::detail
