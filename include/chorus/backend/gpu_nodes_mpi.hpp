@@ -106,6 +106,21 @@ public:
         MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
         aware_ = mpi_cuda_aware();
         if (aware_) return;
+        // A constructor that throws runs no destructor: what was made so
+        // far (the MPI communicator, pinned memory, streams, events) goes.
+        try {
+            make_staging(staging_bytes);
+        } catch (...) {
+            release();
+            throw;
+        }
+    }
+    mpi_inter_nodes(const mpi_inter_nodes&) = delete;
+    mpi_inter_nodes& operator=(const mpi_inter_nodes&) = delete;
+    ~mpi_inter_nodes() override { release(); }
+
+private:
+    void make_staging(std::size_t staging_bytes) {
         slot_bytes_ = (staging_bytes / 3) / 256 * 256;
         if (slot_bytes_ == 0)
             throw error(errc::invalid_argument,
@@ -130,9 +145,7 @@ public:
         }
         cuda_check(cudaEventCreateWithFlags(&mark_, cudaEventDisableTiming), "cudaEventCreate");
     }
-    mpi_inter_nodes(const mpi_inter_nodes&) = delete;
-    mpi_inter_nodes& operator=(const mpi_inter_nodes&) = delete;
-    ~mpi_inter_nodes() override {
+    void release() noexcept {
         int prev = 0;
         (void)cudaGetDevice(&prev);
         (void)cudaSetDevice(device_);
@@ -151,8 +164,10 @@ public:
         int fin = 0;
         MPI_Finalized(&fin);
         if (!fin && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+        comm_ = MPI_COMM_NULL;
     }
 
+public:
     bool cuda_aware() const noexcept override { return aware_; }
 
     bool agree(bool ok, const inter_wait& w) override {
