@@ -11,6 +11,7 @@
 #include <chorus/train.hpp>
 
 #include <atomic>
+#include <barrier>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -36,19 +37,28 @@ std::mutex t_print;
 
 using comm_t = chorus::gpu::communicator;
 
-//! Runs body(r) on one thread per rank, the rank's device current; an
+//! Runs body(r, ready) on one thread per rank, the rank's device current;
+//! body calls ready() once it has allocated everything, before its first
+//! collective (no rank allocates while another's kernels run). An
 //! exception is a failure.
-void per_rank(world& w, const char* what, const std::function<void(int)>& body) {
+void per_rank(world& w, const char* what, const std::function<void(int, const std::function<void()>&)>& body) {
     std::vector<std::thread> th;
+    std::barrier<> go(w.size());
     for (int r = 0; r < w.size(); ++r)
         th.emplace_back([&, r] {
+            bool arrived = false;
+            const std::function<void()> ready = [&] {
+                arrived = true;
+                go.arrive_and_wait();
+            };
             try {
                 w.set_device(r);
-                body(r);
+                body(r, ready);
                 cuda_ok(cudaStreamSynchronize(w.stream(r)), "cudaStreamSynchronize");
                 cuda_ok(cudaStreamSynchronize(w.comm(r).stream()), "cudaStreamSynchronize");
                 w.comm(r).check();
             } catch (const std::exception& e) {
+                if (!arrived) go.arrive_and_drop();
                 ++t_failures;
                 std::lock_guard<std::mutex> lk(t_print);
                 std::printf("FAIL %s, rank %d: %s\n", what, r, e.what());
@@ -84,7 +94,7 @@ float rank_sum(int n, int step, std::uint64_t i) {
 void buckets_case(world& w) {
     const int n = w.size();
     constexpr std::size_t len = 300;
-    per_rank(w, "gradient_buckets", [&](int r) {
+    per_rank(w, "gradient_buckets", [&](int r, const std::function<void()>& ready) {
         comm_t& comm = w.comm(r);
         const cudaStream_t s = w.stream(r);
         dev_buf<float> g(len);
@@ -93,6 +103,7 @@ void buckets_case(world& w) {
         std::vector<std::span<float>> tensors{std::span<float>(p, 100), std::span<float>(p + 100, 50),
                                               std::span<float>(p + 200, 100), std::span<float>(p + 160, 30)};
         chorus::train::gradient_buckets<comm_t, float, chorus::sum> b(comm, tensors, 600, s);
+        ready();
         TEXPECT(b.bucket_count() == 2 && !b.staged(0) && b.staged(1), "rank %d: %zu buckets, staged %d %d", r,
                 b.bucket_count(), int(b.staged(0)), b.bucket_count() > 1 ? int(b.staged(1)) : -1);
         for (int step = 0; step < 2; ++step) {
@@ -124,10 +135,11 @@ void buckets_case(world& w) {
 void accumulate_case(world& w) {
     const int n = w.size();
     constexpr std::size_t count = 1001;
-    per_rank(w, "gradient_accumulator", [&](int r) {
+    per_rank(w, "gradient_accumulator", [&](int r, const std::function<void()>& ready) {
         const cudaStream_t s = w.stream(r);
         dev_buf<float> g(count);
         chorus::train::gradient_accumulator<comm_t, float> acc(w.comm(r), count, 2, s);
+        ready();
         for (int round = 0; round < 2; ++round) {
             fill_on(g.data(), count, r + 10 * (2 * round), 0, s);
             TEXPECT(!acc.add(std::span<const float>(g.data(), count)), "rank %d: add 1 of 2 returned true", r);
@@ -154,11 +166,13 @@ void staleness_case(world& w) {
     const int n = w.size();
     constexpr std::size_t count = 257;
     constexpr int steps = 5, bound = 2;
-    per_rank(w, "bounded_staleness", [&](int r) {
+    per_rank(w, "bounded_staleness", [&](int r, const std::function<void()>& ready) {
         const cudaStream_t s = w.stream(r);
         dev_buf<float> g(count), seen(count * steps);
         chorus::train::bounded_staleness<comm_t, float> st(w.comm(r), count, bound, s);
         std::vector<chorus::train::stale_update> ups;
+        ups.reserve(steps);
+        ready();
         auto apply = [&](std::span<float> mean, const chorus::train::stale_update& u) {
             TEXPECT(mean.size() == count && u.round >= 0 && u.round < steps, "rank %d: round %lld", r,
                     static_cast<long long>(u.round));
@@ -208,11 +222,12 @@ void sharded_case(world& w, std::size_t count) {
             vel[i] = mu * vel[i] + gm;
             want[i] -= lr * vel[i];
         }
-    per_rank(w, "sharded_sgd", [&](int r) {
+    per_rank(w, "sharded_sgd", [&](int r, const std::function<void()>& ready) {
         const cudaStream_t s = w.stream(r);
         dev_buf<float> params(count), grad(count);
         fill_on(params.data(), count, 50, 0, s);
         chorus::train::sharded_sgd<comm_t, float> opt(w.comm(r), count, lr, mu, s);
+        ready();
         for (int step = 0; step < 2; ++step) {
             fill_on(grad.data(), count, r + 10 * step, 0, s);
             opt.step(std::span<float>(params.data(), count), std::span<const float>(grad.data(), count));

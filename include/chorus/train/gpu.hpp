@@ -74,11 +74,13 @@ template <class T>
 class device_buffer {
 public:
     device_buffer() = default;
-    device_buffer(std::size_t n, int device) : n_(n) {
+    //! Zero-filled on `stream` (not on the legacy default stream, which
+    //! would wait for other ranks' kernels on the same device).
+    device_buffer(std::size_t n, int device, cudaStream_t stream) : n_(n) {
         if (n == 0) return;
         chorus::detail::device_guard g(device);
         chorus::detail::cuda_check(cudaMalloc(reinterpret_cast<void**>(&p_), n * sizeof(T)), "cudaMalloc");
-        chorus::detail::cuda_check(cudaMemset(p_, 0, n * sizeof(T)), "cudaMemset");
+        chorus::detail::cuda_check(cudaMemsetAsync(p_, 0, n * sizeof(T), stream), "cudaMemsetAsync");
     }
     device_buffer(device_buffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
     device_buffer& operator=(device_buffer&& o) noexcept {
@@ -172,7 +174,7 @@ struct train_memory<chorus::gpu::communicator> {
 
     template <class T>
     static buffer<T> alloc(const context& ctx, std::size_t n) {
-        return buffer<T>(n, ctx.dev);
+        return buffer<T>(n, ctx.dev, ctx.compute);
     }
     //! Device memory of the rank's device (or managed memory), as the
     //! collectives require; host memory is refused by name.
@@ -211,17 +213,22 @@ struct train_memory<chorus::gpu::communicator> {
         train_store_kernel<T><<<1, 1, 0, s>>>(p, v);
         chorus::detail::cuda_check(cudaGetLastError(), "train_store_kernel");
     }
-    //! Reads *p back once the collective that wrote it has completed (its
-    //! future is ready), on a stream of its own.
-    template <class T>
-    static T load(context& ctx, const T* p) {
-        static_assert(sizeof(T) <= sizeof(double));
+    //! What load() needs, allocated up front (a pinned allocation during
+    //! training could stall behind other ranks' kernels).
+    static void prepare_load(context& ctx) {
         chorus::detail::device_guard g(ctx.dev);
         if (!ctx.side)
             chorus::detail::cuda_check(cudaStreamCreateWithFlags(&ctx.side, cudaStreamNonBlocking), "cudaStreamCreate");
         if (!ctx.pinned)
             chorus::detail::cuda_check(cudaMallocHost(reinterpret_cast<void**>(&ctx.pinned), sizeof(double)),
                                        "cudaMallocHost");
+    }
+    //! Reads *p back once the collective that wrote it has completed (its
+    //! future is ready), on a stream of its own.
+    template <class T>
+    static T load(context& ctx, const T* p) {
+        static_assert(sizeof(T) <= sizeof(double));
+        prepare_load(ctx);
         chorus::detail::cuda_check(cudaMemcpyAsync(ctx.pinned, p, sizeof(T), cudaMemcpyDeviceToHost, ctx.side),
                                    "cudaMemcpyAsync");
         chorus::detail::cuda_check(cudaStreamSynchronize(ctx.side), "cudaStreamSynchronize");

@@ -83,6 +83,7 @@ struct train_memory {
     static void store(stream_type, T* p, T v) {
         *p = v;
     }
+    static void prepare_load(context&) {}
     //! *p, once the collective that wrote it has completed.
     template <class T>
     static T load(const context&, const T* p) {

@@ -121,6 +121,9 @@ private:
             detail::throw_arg(who, "`policy` is not a staleness_policy");
         max_in_flight_ = policy == staleness_policy::eager ? 1 : (bound > 0 ? bound : 1);
         pending_ = mem::template alloc<T>(ctx_, count + 1);
+        // Every buffer a round can need, allocated now rather than mid-training.
+        for (int i = 0; i < max_in_flight_; ++i) spare_.push_back(mem::template alloc<T>(ctx_, count + 1));
+        mem::prepare_load(ctx_);
     }
 
 public:
