@@ -39,6 +39,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -480,6 +481,9 @@ int run_mpi(const options& o, const dataset& d, const split& sp, int devices) {
 int main(int argc, char** argv) {
     program = "data_parallel_training_gpu";
     gpu_program = true;
+    // Each virtual rank uses two streams (compute, communication) whose kernels must run side by side:
+    // more hardware queues than CUDA's default 8, unless the user chose (set before the first CUDA call).
+    setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     const options o = parse(argc, argv);
 #if defined(CHORUS_EXAMPLE_MPI)
     if (o.launch == "mpi") MPI_Init(&argc, &argv);
