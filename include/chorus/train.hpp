@@ -8,6 +8,7 @@
 //! step. Include a backend too (chorus/chorus.hpp). Tutorial: docs/training.md.
 
 #include "train/check.hpp"
+#include "train/memory.hpp"
 #include "train/buckets.hpp"
 #include "train/accumulate.hpp"
 #include "train/schedule.hpp"

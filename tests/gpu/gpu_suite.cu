@@ -1092,6 +1092,7 @@ int main(int argc, char** argv) {
         std::printf("virtual ranks %d on device 0: %s\n", n, g_failures == before ? "ok" : "FAILED");
     }
     for (int n : {2, 3, 5}) p2p_cases(std::vector<int>(static_cast<std::size_t>(n), 0));
+    for (int n : {2, 3, 4}) train_cases(std::vector<int>(static_cast<std::size_t>(n), 0));
     if (devices >= 2) {
         std::vector<int> devs;
         for (int d = 0; d < devices && d < 8; ++d) devs.push_back(d);

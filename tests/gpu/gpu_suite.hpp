@@ -462,5 +462,6 @@ std::vector<pair_case> pairs_a();    //!< gpu_suite_pairs_a.cu
 std::vector<pair_case> pairs_b();    //!< gpu_suite_pairs_b.cu
 //! Point-to-point cases on the ranks `devs` (gpu_suite_p2p.cu).
 void p2p_cases(const std::vector<int>& devs);
+void train_cases(const std::vector<int>& devs); //!< chorus::train on the ranks `devs` (gpu_suite_train.cu)
 
 } // namespace chorus_gpu_suite

@@ -22,6 +22,18 @@
 //! wait_all(). In-place buckets read and write the tensors until wait_all()
 //! returns, so they must not be touched after mark_ready(); staged tensors
 //! are free once marked, until wait_all() overwrites them.
+//!
+//! On a GPU communicator (<chorus/gpu.hpp>, docs/gpu.md "Training on
+//! GPUs") the tensors are device memory and the constructor takes the
+//! stream the backward kernels run on. mark_ready() then blocks nothing: it
+//! makes the rank's communication stream (comm.stream()) wait for the work
+//! issued so far on that stream (a CUDA event) and enqueues the bucket's
+//! staging copies and AllReduce there, so they overlap the backward kernels
+//! issued after it. wait_all() makes the backward stream wait for the
+//! AllReduces and enqueues the copies back from staging on it, without
+//! blocking the host either: kernels issued on that stream afterwards (the
+//! optimizer) see the averaged gradients. Errors surface in
+//! comm.check() once the stream has been synchronized.
 
 #include <algorithm>
 #include <chrono>
@@ -38,6 +50,7 @@
 #include "../core/error.hpp"
 #include "../ops/operators.hpp"
 #include "check.hpp"
+#include "memory.hpp"
 
 namespace chorus::train {
 
@@ -48,18 +61,39 @@ namespace chorus::train {
 template <class Comm, class T, class Op = chorus::avg>
 class gradient_buckets {
     static_assert(std::is_floating_point_v<T>, "chorus::train::gradient_buckets: gradients are float or double");
+    using mem = detail::train_memory<Comm>;
 
 public:
     //! Groups `tensors` (in this order) into buckets of at most `bucket_bytes`;
     //! a tensor larger than that gets a bucket of its own.
     gradient_buckets(Comm& comm, std::vector<std::span<T>> tensors, std::size_t bucket_bytes, Op op = {})
-        : comm_(&comm), tensors_(std::move(tensors)), op_(op) {
+        requires(!mem::device)
+        : gradient_buckets(typename mem::context(comm, {}, {}), comm, std::move(tensors), bucket_bytes, op) {}
+
+    //! GPU communicators: the same, `tensors` being device memory of the
+    //! rank's device, and `stream` the stream the backward kernels that
+    //! write them run on (null: comm.stream()). The AllReduces run on
+    //! comm.stream(), ordered after `stream` by events.
+    gradient_buckets(Comm& comm, std::vector<std::span<T>> tensors, std::size_t bucket_bytes,
+                     typename mem::stream_type stream, Op op = {})
+        requires(mem::device)
+        : gradient_buckets(typename mem::context(comm, stream, typename mem::stream_type{}), comm, std::move(tensors),
+                           bucket_bytes, op) {}
+
+    gradient_buckets(const gradient_buckets&) = delete;
+    gradient_buckets& operator=(const gradient_buckets&) = delete;
+
+private:
+    gradient_buckets(typename mem::context&& ctx, Comm& comm, std::vector<std::span<T>> tensors,
+                     std::size_t bucket_bytes, Op op)
+        : comm_(&comm), ctx_(std::move(ctx)), tensors_(std::move(tensors)), op_(op) {
         if (bucket_bytes == 0) detail::throw_arg(who, "`bucket_bytes` must be positive");
         if (tensors_.empty()) detail::throw_arg(who, "`tensors` is empty");
         for (std::size_t i = 0; i < tensors_.size(); ++i) {
             if (tensors_[i].empty()) detail::throw_arg(who, "tensor " + std::to_string(i) + " of `tensors` is empty");
             if (tensors_[i].data() == nullptr)
                 detail::throw_arg(who, "tensor " + std::to_string(i) + " of `tensors` has a null data pointer");
+            mem::check_memory(ctx_, tensors_[i].data(), who, "tensor " + std::to_string(i) + " of `tensors`");
         }
         check_disjoint();
 
@@ -82,15 +116,13 @@ public:
                 const auto& prev = tensors_[bk.members[j - 1]];
                 if (prev.data() + prev.size() != tensors_[bk.members[j]].data()) bk.contiguous = false;
             }
-            if (!bk.contiguous) bk.staging.resize(bk.count);
+            if (!bk.contiguous) bk.staging = mem::template alloc<T>(ctx_, bk.count);
         }
         ready_.assign(tensors_.size(), 0);
         reset_step();
     }
 
-    gradient_buckets(const gradient_buckets&) = delete;
-    gradient_buckets& operator=(const gradient_buckets&) = delete;
-
+public:
     //! Records that tensor `tensor` holds this step's local gradient; launches
     //! every bucket that is now complete and whose predecessors are launched.
     void mark_ready(std::size_t tensor) {
@@ -109,7 +141,8 @@ public:
 
     //! Waits for every bucket of this step, copies staged results back into
     //! the tensors, and re-arms for the next step. Every tensor must have
-    //! been marked ready.
+    //! been marked ready. (GPU: enqueues that on the backward stream and
+    //! returns; see the top of this file.)
     void wait_all() {
         for (std::size_t i = 0; i < tensors_.size(); ++i)
             if (!ready_[i])
@@ -118,15 +151,16 @@ public:
         const auto t0 = std::chrono::steady_clock::now();
         for (auto& bk : buckets_) bk.done.wait();
         wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        mem::join(ctx_, ctx_.comm, ctx_.compute);
         for (auto& bk : buckets_) {
             if (!bk.contiguous) {
                 std::size_t off = 0;
                 for (std::size_t i : bk.members) {
-                    std::memcpy(tensors_[i].data(), bk.staging.data() + off, tensors_[i].size() * sizeof(T));
+                    mem::copy(ctx_.compute, tensors_[i].data(), bk.staging.data() + off, tensors_[i].size());
                     off += tensors_[i].size();
                 }
             }
-            bk.done = chorus::future();
+            bk.done = typename mem::handle();
         }
         reset_step();
         ++steps_;
@@ -146,7 +180,8 @@ public:
     std::size_t launched() const noexcept { return next_launch_; }
     //! Completed steps (calls of wait_all()).
     std::size_t steps() const noexcept { return steps_; }
-    //! Total time spent blocked in wait_all(), in seconds.
+    //! Total time spent blocked in wait_all(), in seconds (GPU: about 0,
+    //! the waiting is the stream's).
     double wait_seconds() const noexcept { return wait_seconds_; }
 
 private:
@@ -157,8 +192,8 @@ private:
         std::size_t count = 0;
         std::size_t ready = 0;
         bool contiguous = true;
-        std::vector<T> staging;
-        chorus::future done;
+        typename mem::template buffer<T> staging;
+        typename mem::handle done;
     };
 
     void check_disjoint() const {
@@ -175,16 +210,17 @@ private:
     }
 
     void launch(bucket& bk) {
+        mem::join(ctx_, ctx_.compute, ctx_.comm);
         if (bk.contiguous) {
             std::span<T> all(tensors_[bk.members.front()].data(), bk.count);
-            bk.done = chorus::all_reduce_async(*comm_, all, op_);
+            bk.done = mem::start_all_reduce(*comm_, all, op_, ctx_.comm);
         } else {
             std::size_t off = 0;
             for (std::size_t i : bk.members) {
-                std::memcpy(bk.staging.data() + off, tensors_[i].data(), tensors_[i].size() * sizeof(T));
+                mem::copy(ctx_.comm, bk.staging.data() + off, tensors_[i].data(), tensors_[i].size());
                 off += tensors_[i].size();
             }
-            bk.done = chorus::all_reduce_async(*comm_, std::span<T>(bk.staging), op_);
+            bk.done = mem::start_all_reduce(*comm_, std::span<T>(bk.staging.data(), bk.count), op_, ctx_.comm);
         }
     }
 
@@ -195,6 +231,7 @@ private:
     }
 
     Comm* comm_;
+    typename mem::context ctx_;
     std::vector<std::span<T>> tensors_;
     Op op_;
     std::vector<bucket> buckets_;

@@ -42,6 +42,18 @@
 //! Each AllReduce carries the local gradient sum and the number of local
 //! steps in it, reduced with `sum`; the callback receives sum / steps. Under
 //! fixed_delay every rank contributes one step, so that is chorus::avg.
+//!
+//! On a GPU communicator (<chorus/gpu.hpp>) the gradients and the rounds'
+//! buffers are device memory. The constructor takes the stream of the
+//! kernels that compute the gradients: step() adds the gradient into the
+//! pending sum on that stream, and an issued AllReduce runs on
+//! comm.stream(), after an event on that stream, so the next steps' kernels
+//! overlap it. Whether a round is due or done is decided on the host, from
+//! the round's future (a CUDA event) and the step count, which is read back
+//! once the round has completed (one element per round). The span the
+//! callback receives is device memory valid for kernels issued on the
+//! stream during the call; the division by the step count is already
+//! enqueued there.
 
 #include <chrono>
 #include <cstddef>
@@ -57,6 +69,7 @@
 #include "../collectives/all_reduce.hpp"
 #include "../ops/operators.hpp"
 #include "check.hpp"
+#include "memory.hpp"
 
 namespace chorus::train {
 
@@ -79,22 +92,41 @@ struct stale_update {
 template <class Comm, class T>
 class bounded_staleness {
     static_assert(std::is_floating_point_v<T>, "chorus::train::bounded_staleness: gradients are float or double");
+    using mem = detail::train_memory<Comm>;
 
 public:
     //! Gradients of `count` elements, applied at most `bound` (>= 0) steps late.
     bounded_staleness(Comm& comm, std::size_t count, int bound, staleness_policy policy = staleness_policy::fixed_delay)
-        : comm_(&comm), count_(count), bound_(bound), policy_(policy) {
+        requires(!mem::device)
+        : bounded_staleness(typename mem::context(comm, {}, {}), comm, count, bound, policy) {}
+
+    //! GPU communicators: the same in device memory; `stream` is the stream
+    //! of the kernels that compute the gradients and apply the updates
+    //! (null: comm.stream()).
+    bounded_staleness(Comm& comm, std::size_t count, int bound, typename mem::stream_type stream,
+                      staleness_policy policy = staleness_policy::fixed_delay)
+        requires(mem::device)
+        : bounded_staleness(typename mem::context(comm, stream, typename mem::stream_type{}), comm, count, bound,
+                            policy) {}
+
+    bounded_staleness(const bounded_staleness&) = delete;
+    bounded_staleness& operator=(const bounded_staleness&) = delete;
+
+private:
+    bounded_staleness(typename mem::context&& ctx, Comm& comm, std::size_t count, int bound, staleness_policy policy)
+        : comm_(&comm), ctx_(std::move(ctx)), count_(count), bound_(bound), policy_(policy) {
         if (count == 0) detail::throw_arg(who, "`count` must be positive");
         if (bound < 0) detail::throw_arg(who, "`bound` (the staleness bound) must be >= 0, got " + std::to_string(bound));
         if (policy != staleness_policy::fixed_delay && policy != staleness_policy::eager)
             detail::throw_arg(who, "`policy` is not a staleness_policy");
         max_in_flight_ = policy == staleness_policy::eager ? 1 : (bound > 0 ? bound : 1);
-        pending_.assign(count + 1, T(0));
+        pending_ = mem::template alloc<T>(ctx_, count + 1);
+        // Every buffer a round can need, allocated now rather than mid-training.
+        for (int i = 0; i < max_in_flight_; ++i) spare_.push_back(mem::template alloc<T>(ctx_, count + 1));
+        mem::prepare_load(ctx_);
     }
 
-    bounded_staleness(const bounded_staleness&) = delete;
-    bounded_staleness& operator=(const bounded_staleness&) = delete;
-
+public:
     //! Submits the local gradient of this rank's next step, then calls
     //! apply(std::span<T> mean_gradient, const stale_update&) for every
     //! averaged gradient that is due (oldest first). The span is scratch
@@ -105,13 +137,11 @@ public:
         if (grad.size() != count_)
             detail::throw_arg(who, "step: `grad` has " + std::to_string(grad.size()) + " elements but " +
                                        std::to_string(count_) + " were declared");
+        if (grad.data() == nullptr) detail::throw_arg(who, "step: `grad` has a null data pointer");
+        mem::check_memory(ctx_, grad.data(), who, "step: `grad`");
         const std::int64_t t = steps_;
-        if (pending_steps_ == 0) {
-            for (std::size_t i = 0; i < count_; ++i) pending_[i] = grad[i];
-            pending_first_ = t;
-        } else {
-            for (std::size_t i = 0; i < count_; ++i) pending_[i] += grad[i];
-        }
+        mem::accumulate(ctx_.compute, pending_.data(), grad.data(), count_, pending_steps_ == 0);
+        if (pending_steps_ == 0) pending_first_ = t;
         ++pending_steps_;
 
         harvest(t, apply, true);
@@ -159,8 +189,11 @@ public:
 private:
     static constexpr const char* who = "bounded_staleness";
 
+    using buffer = typename mem::template buffer<T>;
+
     struct round {
-        std::vector<T> buf; // [local gradient sum..., local steps]; declared before `done`, destroyed after it
+        buffer buf; // [local gradient sum..., local steps]; declared before `done`, destroyed after it
+        typename mem::marker reduced; // GPU: recorded on the communication stream after the AllReduce
         chorus::future done;
         std::int64_t index;
         std::int64_t first_step;
@@ -172,13 +205,19 @@ private:
             r.buf = std::move(spare_.back());
             spare_.pop_back();
         }
-        r.buf.swap(pending_);
-        if (pending_.size() != count_ + 1) pending_.assign(count_ + 1, T(0));
-        r.buf[count_] = static_cast<T>(pending_steps_);
+        if (!spare_markers_.empty()) {
+            r.reduced = std::move(spare_markers_.back());
+            spare_markers_.pop_back();
+        }
+        std::swap(r.buf, pending_);
+        if (pending_.size() != count_ + 1) pending_ = mem::template alloc<T>(ctx_, count_ + 1);
+        mem::store(ctx_.compute, r.buf.data() + count_, static_cast<T>(pending_steps_));
         r.index = issued_++;
         r.first_step = pending_first_;
         pending_steps_ = 0;
-        r.done = chorus::all_reduce_async(*comm_, std::span<T>(r.buf), chorus::sum{});
+        mem::join(ctx_, ctx_.compute, ctx_.comm);
+        r.done = mem::all_reduce_async(*comm_, std::span<T>(r.buf.data(), count_ + 1), chorus::sum{}, ctx_.comm);
+        mem::record(ctx_, r.reduced, ctx_.comm);
         flight_.push_back(std::move(r));
     }
 
@@ -204,8 +243,9 @@ private:
         const auto t0 = std::chrono::steady_clock::now();
         r.done.wait(); // rethrows the AllReduce's error, if any
         wait_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const T steps = r.buf[count_];
-        for (std::size_t i = 0; i < count_; ++i) r.buf[i] /= steps;
+        const T steps = mem::load(ctx_, r.buf.data() + count_);
+        mem::wait(ctx_, r.reduced, ctx_.compute);
+        mem::divide(ctx_.compute, r.buf.data(), count_, steps);
         const stale_update u{r.index, r.first_step, t, int(t - r.first_step), double(steps), waited};
         ++applied_;
         global_steps_ += double(steps);
@@ -213,18 +253,21 @@ private:
         apply(std::span<T>(r.buf.data(), count_), u);
         r.done = chorus::future();
         spare_.push_back(std::move(r.buf));
+        spare_markers_.push_back(std::move(r.reduced));
     }
 
     Comm* comm_;
+    typename mem::context ctx_;
     std::size_t count_;
     int bound_;
     staleness_policy policy_;
     int max_in_flight_;
-    std::vector<T> pending_;
+    buffer pending_;
     std::int64_t pending_steps_ = 0;
     std::int64_t pending_first_ = 0;
     std::deque<round> flight_;
-    std::vector<std::vector<T>> spare_;
+    std::vector<buffer> spare_;
+    std::vector<typename mem::marker> spare_markers_;
     std::int64_t steps_ = 0;
     std::int64_t issued_ = 0;
     std::int64_t applied_ = 0;
