@@ -19,7 +19,10 @@
 #    2/4/8 on device 0, and one rank per device when there are several),
 #    then chorus_gpu_host_device_pointer (device memory refused by a threads
 #    communicator from host-compiler code, managed memory reduced), then
-#    chorus_gpu_process under mpiexec with 2, 4 and 8 processes
+#    the digits example on 4 virtual ranks (data_parallel_training_gpu:
+#    chorus::train on gpu::communicator; sync, hybrid, async, 3 epochs
+#    each; python3-sklearn's digits.csv.gz or CHORUS_DIGITS, else skipped),
+#    then chorus_gpu_process under mpiexec with 2, 4 and 8 processes
 #    (PROCESS_RANKS, default "2 4 8") on device 0 (one process per GPU:
 #    gpu::make_communicator, CUDA IPC, a killed process; at most
 #    PROCESS_TIMEOUT, default 120 s, each); without mpiexec it says so and
@@ -165,6 +168,7 @@ TARGETS=()
 BUILD_SECS=0
 SUITE_STATUS="not run"
 POINTER_STATUS="not run"
+TRAIN_STATUS="not run"
 declare -A PROCESS_STATUS=()
 PROCESS_NPS=()
 MPS_STATE="off (processes sharing a GPU are time-sliced)"
@@ -177,6 +181,7 @@ if ((SUMMARIZE)); then
     [[ -f $RESULTS_DIR/card.txt ]] && CARD=$(head -n 1 "$RESULTS_DIR/card.txt")
     SUITE_STATUS="not run (--summarize)"
     POINTER_STATUS="not run (--summarize)"
+    TRAIN_STATUS="not run (--summarize)"
     for f in "$RESULTS_DIR"/*.csv; do
         [[ -f $f ]] || continue
         name=$(basename "$f" .csv)
@@ -285,6 +290,10 @@ if ((!USE_PREBUILT)); then
         cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q chorus_gpu_process; then
         TARGETS+=(chorus_gpu_process)
     fi
+    # Training on GPUs: the digits example (where examples are configured).
+    if ((SUITE_BUILT)) && cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q data_parallel_training_gpu; then
+        TARGETS+=(data_parallel_training_gpu)
+    fi
     ((SUITE_BUILT)) || TARGETS=(chorus_bench_gpu)
     echo "+ cmake --build $BUILD_DIR -j$(nproc) --target ${TARGETS[*]}"
     BUILD_START=$(date +%s)
@@ -332,6 +341,45 @@ if [[ -x $POINTER ]]; then
     *) POINTER_STATUS="FAILED (see host_device_pointer.log)" ;;
     esac
     set -e
+fi
+
+# Training on GPUs: the digits example, 4 virtual ranks, sync, hybrid and
+# async (each about 10 s), with chorus::train on gpu::communicator. The data
+# is python3-sklearn's digits.csv.gz (CHORUS_DIGITS names another copy;
+# without one the run is skipped, and said).
+TRAIN=$BUILD_DIR/examples/data_parallel_training_gpu
+DIGITS=${CHORUS_DIGITS:-/usr/lib/python3/dist-packages/sklearn/datasets/data/digits.csv.gz}
+if ((!SUMMARIZE)); then
+    TRAIN_STATUS="NOT BUILT"
+    if [[ -x $TRAIN && ! -f $DIGITS ]]; then
+        TRAIN_STATUS="SKIPPED (no $DIGITS: install python3-sklearn or set CHORUS_DIGITS)"
+    elif [[ -x $TRAIN ]]; then
+        TRAIN_STATUS="PASSED (sync, hybrid, async; 4 virtual ranks)"
+        for mode in sync hybrid async; do
+            limit=$(cap_s 60)
+            if ((limit == 0)); then
+                TRAIN_STATUS="NOT RUN from $mode on (GPU_CHECK_BUDGET spent)"
+                break
+            fi
+            echo "+ data_parallel_training_gpu --mode $mode   (timeout $limit s)"
+            set +e
+            CHORUS_DIGITS=$DIGITS timeout -k 10 "$limit" "$TRAIN" --ranks 4 --epochs 3 --hidden 256 --batch 16 \
+                --mode "$mode" --min-accuracy 0.6 2>&1 | tee "$RESULTS_DIR/train_$mode.log"
+            rc=${PIPESTATUS[0]}
+            set -e
+            case $rc in
+            0) ;;
+            77)
+                TRAIN_STATUS="SKIPPED (no CUDA device)"
+                break
+                ;;
+            *)
+                TRAIN_STATUS="FAILED ($mode: exit $rc, see train_$mode.log)"
+                break
+                ;;
+            esac
+        done
+    fi
 fi
 
 # --- one process per GPU ------------------------------------------------------------
@@ -623,6 +671,7 @@ done
     fi
     printf '%-48s %s\n' "GPU suite" "$SUITE_STATUS"
     printf '%-48s %s\n' "device pointers refused (host compiler)" "$POINTER_STATUS"
+    printf '%-48s %s\n' "training on GPUs (digits example)" "$TRAIN_STATUS"
     if ((${#PROCESS_NPS[@]} == 0)); then
         printf '%-48s %s\n' "one process per GPU test (chorus_gpu_process)" "not run"
     fi
@@ -673,6 +722,6 @@ done
 if ((SUMMARIZE)); then
     [[ ${#BENCH_FAILED[@]} -eq 0 && $WRONG -eq 0 ]]
 else
-    [[ $SUITE_STATUS == PASSED* && $POINTER_STATUS != FAILED* && $PROCESS_FAILED -eq 0 && ${#BENCH_FAILED[@]} -eq 0 &&
+    [[ $SUITE_STATUS == PASSED* && $POINTER_STATUS != FAILED* && $TRAIN_STATUS != FAILED* && $PROCESS_FAILED -eq 0 && ${#BENCH_FAILED[@]} -eq 0 &&
         $WRONG -eq 0 ]]
 fi
