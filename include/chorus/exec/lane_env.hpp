@@ -167,6 +167,18 @@ struct lane_world {
     const lane_peer_map* maps = nullptr;
 };
 
+//! Records `st` as this rank's failure unless one is recorded already (the
+//! first stays), with what `what` says of it, and sets the abort word:
+//! every wait of every rank then fails.
+CHORUS_HD inline void record_lane_fault(const lane_world& w, int rank, const lane_fault& what, status st) {
+    lane_fault& f = w.faults[rank];
+    if (f.code == 0) {
+        f = what;
+        f.code = static_cast<int>(st);
+    }
+    atomic_ref<std::uint32_t>(*w.abort).store(1, mo::memory_order_release);
+}
+
 //! A launch's operator, kept as bytes: Op need not be default-constructible
 //! or assignable (a `__host__ __device__` lambda is neither), only
 //! trivially copyable, as `reduction` requires.
@@ -382,15 +394,12 @@ CHORUS_HD status run_lane_channel(const Lanes& lanes, const lane_launch<T, Op, S
         if (c == 0)
             for (int ch = L.sch.channels(); ch < max_channels; ++ch) own->seq[ch] = seq;
         if (st != status::ok) {
-            lane_fault& f = L.world.faults[L.rank];
-            if (f.code == 0) {
-                f.peer = env.bad_peer;
-                f.channel = c;
-                f.unit = env.bad_unit;
-                f.theirs = env.theirs;
-                f.code = static_cast<int>(st);
-            }
-            atomic_ref<std::uint32_t>(*L.world.abort).store(1, mo::memory_order_release);
+            lane_fault f{};
+            f.peer = env.bad_peer;
+            f.channel = c;
+            f.unit = env.bad_unit;
+            f.theirs = env.theirs;
+            record_lane_fault(L.world, L.rank, f, st);
         }
     }
     return st;

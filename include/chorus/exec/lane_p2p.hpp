@@ -228,18 +228,14 @@ CHORUS_HD status run_lane_p2p(const Lanes& lanes, const lane_p2p_launch& L) {
         if (lanes.id() == 0) flag_store_release(&L.world.areas[L.rank]->p2p_in[L.peer].state, (r.msg << 3) | lane_p2p_delivered);
     }
     if (lanes.id() == 0 && st != status::ok) {
-        lane_fault& f = L.world.faults[L.rank];
-        if (f.code == 0) {
-            f.peer = L.peer;
-            f.channel = 0;
-            f.unit = r.msg;
-            f.theirs = r.theirs;
-            f.p2p = L.is_send ? 1 : 2;
-            f.p2p_count = L.count;
-            f.p2p_elem_bytes = L.elem_bytes;
-            f.code = static_cast<int>(st);
-        }
-        atomic_ref<std::uint32_t>(*L.world.abort).store(1, mo::memory_order_release);
+        lane_fault f{};
+        f.peer = L.peer;
+        f.unit = r.msg;
+        f.theirs = r.theirs;
+        f.p2p = L.is_send ? 1 : 2;
+        f.p2p_count = L.count;
+        f.p2p_elem_bytes = L.elem_bytes;
+        record_lane_fault(L.world, L.rank, f, st);
     }
     return st;
 }
