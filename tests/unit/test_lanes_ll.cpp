@@ -19,6 +19,7 @@
 #include "lane_test_util.hpp"
 
 #include <algorithm>
+#include <barrier>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -47,18 +48,44 @@ T ll_value(int r, std::uint64_t i, std::uint64_t salt) {
         return T(int((std::uint64_t(r) * 5 + i * 3 + salt) % 23) - 11);
 }
 
+// CPU lanes whose lane 0, on a lagging rank, sleeps now and then before a
+// barrier: a rank then stalls inside a call (between pushing and reading,
+// say), so its peers run ahead into the next calls.
+struct lag_lanes : chorus_test::host_lanes {
+    std::mt19937* rng = nullptr; // null: no lag
+    int stall_us = 0;            // > 0: lane 0 sleeps this long before every barrier
+    void maybe_lag() const {
+        if (stall_us > 0 && lane == 0) std::this_thread::sleep_for(std::chrono::microseconds(stall_us));
+        if (rng != nullptr && lane == 0 && (*rng)() % 4 == 0)
+            std::this_thread::sleep_for(std::chrono::microseconds((*rng)() % 400));
+    }
+    void sync() const {
+        maybe_lag();
+        host_lanes::sync();
+    }
+    template <class V>
+    V share(V v) const {
+        maybe_lag();
+        return host_lanes::share(v);
+    }
+};
+using ll_call = std::function<status(const lag_lanes&)>;
+
 // Several calls per rank, run back to back by each rank's lane group (as a
 // CUDA stream runs one kernel after another), then checked.
 struct ll_bench {
     int n;
     lane_world_host w;
-    std::vector<chorus_test::lane_stream> streams;
+    struct stream {
+        std::vector<ll_call> calls;
+        std::vector<status> result;
+    };
+    std::vector<stream> streams;
     std::vector<std::function<void()>> checks;
     std::vector<std::shared_ptr<void>> keep; // launches, buffers, shared memory
     std::uint64_t timeout_ms = 20000;
 
     ll_bench(int nranks, std::uint64_t ll_bytes) : n(nranks), w(nranks), streams(std::size_t(nranks)) {
-        for (int r = 0; r < n; ++r) streams[std::size_t(r)].rank = r;
         if (ll_bytes != 0) w.enable_ll(ll_bytes);
     }
 
@@ -134,7 +161,7 @@ struct ll_bench {
             L.timeout_ns = timeout_ms * 1000000ull;
             L.op.set(op);
             rank_call* rcp = &rc;
-            streams[std::size_t(r)].calls.push_back([rcp, r, before](const host_lanes& hl) {
+            streams[std::size_t(r)].calls.push_back([rcp, r, before](const lag_lanes& hl) {
                 if (before && hl.id() == 0) before(r);
                 return detail::run_lane_channel(hl, rcp->L, 0, rcp->sh);
             });
@@ -185,8 +212,54 @@ struct ll_bench {
         });
     }
 
-    void run(int lanes) {
-        chorus_test::run_lane_streams(streams, lanes);
+    // Runs every rank's calls in order on its own group of `lanes`
+    // threads; `lag`: ranks stall at random inside calls.
+    void run_only(int lanes, bool lag = false, std::vector<int> stall_us = {}) {
+        std::vector<std::unique_ptr<std::barrier<>>> bars;
+        std::vector<std::unique_ptr<unsigned char[]>> boxes;
+        std::vector<std::unique_ptr<std::mt19937>> rngs;
+        std::vector<std::thread> threads;
+        for (int r = 0; r < n; ++r) {
+            stream& s = streams[std::size_t(r)];
+            s.result.assign(s.calls.size(), status::ok);
+            bars.push_back(std::make_unique<std::barrier<>>(lanes));
+            boxes.push_back(std::make_unique<unsigned char[]>(16));
+            rngs.push_back(std::make_unique<std::mt19937>(std::uint32_t(977 * r + 13)));
+            for (int l = 0; l < lanes; ++l) {
+                lag_lanes hl;
+                hl.lane = l;
+                hl.nlanes = lanes;
+                hl.bar = bars.back().get();
+                hl.box = boxes.back().get();
+                hl.rng = lag ? rngs.back().get() : nullptr;
+                hl.stall_us = stall_us.empty() ? 0 : stall_us[std::size_t(r)];
+                threads.emplace_back([&s, hl] {
+                    for (std::size_t i = 0; i < s.calls.size(); ++i) {
+                        const status st = s.calls[i](hl);
+                        if (hl.lane == 0) s.result[i] = st;
+                    }
+                });
+            }
+        }
+        for (auto& t : threads) t.join();
+    }
+    // A call every rank "makes" without touching the others: its call
+    // counters advance (as after a collective whose end does not need
+    // every rank: none of chorus's do, but the LL guard must not rely on it).
+    void skip_call() {
+        for (int r = 0; r < n; ++r) {
+            detail::lane_rank_area* a = w.table[std::size_t(r)];
+            streams[std::size_t(r)].calls.push_back([a](const lag_lanes& hl) {
+                hl.sync();
+                if (hl.lane == 0)
+                    for (auto& x : a->seq) ++x;
+                hl.sync();
+                return status::ok;
+            });
+        }
+    }
+    void run(int lanes, bool lag = false, std::vector<int> stall_us = {}) {
+        run_only(lanes, lag, stall_us);
         for (auto& c : checks) c();
     }
 };
@@ -277,5 +350,183 @@ TEST_CASE("ll: every collective, 1-8 ranks x lanes x types x operators x sizes, 
             }
             b.run(lanes);
         }
+    }
+}
+
+TEST_CASE("ll: float buffers misaligned by 1-3 bytes") {
+    for (int n : {2, 3, 8}) {
+        ll_bench b(n, 4096);
+        std::uint64_t salt = 0;
+        for (std::size_t off : {1u, 2u, 3u, 5u})
+            for (collective c : {collective::all_reduce, collective::reduce_scatter, collective::all_gather,
+                                 collective::broadcast, collective::reduce})
+                for (std::uint64_t count : {1ull, 5ull, 67ull, 1024ull}) {
+                    ++salt;
+                    b.add<float>(direct_ll(), c, int(salt % std::uint64_t(n)), count, false, chorus::sum{}, salt, off);
+                }
+        b.run(3);
+    }
+}
+
+TEST_CASE("ll: 60+ consecutive calls with randomly lagging ranks and non-LL calls in between (slot reuse)") {
+    for (int n : {2, 5, 8}) {
+        CAPTURE(n);
+        for (int lanes : {1, 4}) {
+            ll_bench b(n, 2048);
+            b.timeout_ms = 5000;
+            std::mt19937 rng(std::uint32_t(1234 + n * 10 + lanes));
+            // Per rank and call, a random delay before it starts: any rank may
+            // fall a call or more behind, so writers run ahead of readers and
+            // wait for their acknowledgements.
+            auto delays = std::make_shared<std::vector<std::vector<int>>>(std::size_t(n));
+            const int calls = 72;
+            for (auto& d : *delays) {
+                d.resize(calls);
+                for (int& x : d) x = int(rng() % 6 == 0 ? rng() % 2000 : rng() % 50);
+            }
+            auto next = std::make_shared<std::vector<int>>(std::size_t(n), 0);
+            auto lag = [delays, next](int r) {
+                const int i = (*next)[std::size_t(r)]++;
+                std::this_thread::sleep_for(std::chrono::microseconds((*delays)[std::size_t(r)][std::size_t(i)]));
+            };
+            for (int i = 0; i < calls; ++i) {
+                const std::uint64_t salt = std::uint64_t(i) * 31 + 7;
+                const std::uint64_t count = (salt * 13) % 513; // 0..512 floats, both parities see every size
+                if (i % 9 == 4) // a non-LL call: the regions' history skips a call number
+                    b.add<std::int32_t>(policy_of<ring<>>, collective::all_reduce, 0, count, false, chorus::sum{}, salt,
+                                        0, false, {}, {}, lag);
+                else if (i % 3 == 1)
+                    // direct<> Reduce to rank 0: a rank other than the root
+                    // leaves it once the root has read its input, so it may
+                    // start the next LL call while a third rank still reads
+                    // the LL call before (the case the reuse guard is for).
+                    b.add<std::int32_t>(policy_of<direct<>>, collective::reduce, 0, count, false, chorus::sum{}, salt,
+                                        0, false, {}, {}, lag);
+                else if (i % 7 == 3)
+                    b.add<std::int16_t>(direct_ll(), collective::broadcast, i % n, count, false, chorus::sum{}, salt,
+                                        0, true, {}, {}, lag);
+                else
+                    b.add<float>(direct_ll(), collective::all_reduce, 0, count, (i & 1) != 0, chorus::sum{}, salt, 0,
+                                 true, {}, {}, lag);
+            }
+            b.run(lanes, true);
+        }
+    }
+}
+
+TEST_CASE("ll: a writer two calls ahead waits for the reader of its slot (the reuse guard)") {
+    // Rank 1 stalls inside every call (before each barrier, so between its
+    // push and its reads too); rank 0 runs call 1, a call that does not
+    // need rank 1, and call 3, which writes the same slots (parity 1) of
+    // rank 1's region that rank 1 is still reading for call 1. Without the
+    // guard rank 1 would find call 3's words there and time out.
+    for (int lanes : {1, 3}) {
+        ll_bench b(2, 1024);
+        b.timeout_ms = 5000;
+        for (int rep = 0; rep < 3; ++rep) {
+            b.add<float>(direct_ll(), collective::all_reduce, 0, 200, false, chorus::sum{}, 11 + std::uint64_t(rep));
+            b.skip_call();
+            b.add<std::int8_t>(direct_ll(), collective::all_gather, 0, 700, false, chorus::sum{}, 21 + std::uint64_t(rep));
+        }
+        b.run(lanes, false, {0, 3000});
+    }
+}
+
+namespace {
+// One LL AllReduce of 100 floats on `n` ranks; rank `absent` never joins.
+std::vector<status> ll_run_missing(lane_world_host& w, int n, int absent, int lanes, std::uint64_t timeout_ms,
+                                   std::function<void()> meanwhile = {}) {
+    std::vector<std::vector<float>> in(std::size_t(n), std::vector<float>(100, 1.0f)), out = in;
+    std::vector<detail::lane_launch<float, chorus::sum, any_schedule>> L{std::size_t(n)};
+    for (int r = 0; r < n; ++r) {
+        schedule_args a{collective::all_reduce, r, n, 0, 100, 4, false, 0};
+        a.ll_limit_bytes = w.ll_limit;
+        auto& l = L[std::size_t(r)];
+        l.sch = make_schedule(direct_ll(), a);
+        REQUIRE(l.sch.kind == schedule_kind::ll);
+        l.world = w.view();
+        l.rank = r;
+        l.in = in[std::size_t(r)].data();
+        l.out = out[std::size_t(r)].data();
+        l.sig.count = 100;
+        l.sig.elem_bytes = 4;
+        l.sig.shape = detail::call_signature::make_shape(collective::all_reduce, 1, 0);
+        l.sig.algo_id = direct_ll().id();
+        l.timeout_ns = timeout_ms * 1000000ull;
+        l.op.set(chorus::sum{});
+    }
+    std::vector<std::unique_ptr<chorus_test::lane_group<float>>> groups;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+        if (r != absent) chorus_test::start_lane_groups(L[std::size_t(r)], lanes, groups, threads);
+    if (meanwhile) meanwhile();
+    for (auto& t : threads) t.join();
+    std::vector<status> st(std::size_t(n), status::ok);
+    for (const auto& g : groups) st[std::size_t(g->rank)] = g->st;
+    return st;
+}
+} // namespace
+
+TEST_CASE("ll: a rank that never joins makes the others time out, naming it; abort stops the wait") {
+    for (int lanes : {1, 4}) {
+        lane_world_host w(4);
+        w.enable_ll(1024);
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto st = ll_run_missing(w, 4, 2, lanes, 200);
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+        // The first to time out sets the abort word; the others may see
+        // that first (aborted), as with the flag protocol.
+        int timeouts = 0;
+        for (int r : {0, 1, 3}) {
+            const status s = st[std::size_t(r)];
+            CHECK((s == status::timeout || s == status::aborted));
+            CHECK(w.faults[std::size_t(r)].code == int(s));
+            if (s == status::timeout) {
+                ++timeouts;
+                CHECK(w.faults[std::size_t(r)].peer == 2);
+            }
+        }
+        CHECK(timeouts >= 1);
+        CHECK(w.abort == 1); // a failed rank sets the abort word
+    }
+    // Abort while waiting: a 60 s deadline, the abort word set after 50 ms.
+    lane_world_host w(3);
+    w.enable_ll(1024);
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto st = ll_run_missing(w, 3, 0, 2, 60000, [&w] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        w.set_abort();
+    });
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20));
+    CHECK(st[1] == status::aborted);
+    CHECK(st[2] == status::aborted);
+}
+
+TEST_CASE("ll: calls that differ are a mismatch, with the peer's call reported") {
+    // Counts differ (both fit): the headers' fingerprints differ.
+    for (std::uint64_t other : {50ull, 99ull, 101ull, 400ull}) {
+        CAPTURE(other);
+        ll_bench b(3, 4096);
+        b.timeout_ms = 5000;
+        b.add<float>(direct_ll(), collective::all_reduce, 0, 100, false, chorus::sum{}, 1, 0, true, {}, {100, other, 100});
+        b.run_only(2);
+        for (int r = 0; r < 3; ++r) CHECK(b.streams[std::size_t(r)].result[0] == status::mismatch);
+        const auto& f = b.w.faults[0];
+        CHECK(f.code == int(status::mismatch));
+        CHECK(f.peer == 1);
+        CHECK(f.theirs.count == other);
+    }
+    // LL on one rank, direct<> (simple protocol) on another: the LL rank
+    // sees the peer registered a different call (no header ever comes).
+    {
+        ll_bench b(2, 4096);
+        b.timeout_ms = 5000;
+        b.add<float>(direct_ll(), collective::all_reduce, 0, 100, false, chorus::sum{}, 1, 0, false,
+                     {direct_ll(), policy_of<direct<>>});
+        const auto t0 = std::chrono::steady_clock::now();
+        b.run_only(2);
+        CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(4));
+        CHECK(b.streams[0].result[0] == status::mismatch);
+        CHECK(b.streams[1].result[0] != status::ok);
     }
 }

@@ -246,9 +246,13 @@ CHORUS_HD status run_ll(lane_env<T, Op, Lanes>& env, const ll_schedule& s, const
     std::uint32_t& cell = env.sh.ll_fail;
     if (id == 0) atomic_ref<std::uint32_t>(cell).store(0, mo::memory_order_relaxed);
     // Every lane leaves alike on a failure, after a barrier.
+    // Two barriers: every lane's record is in before any lane reads the
+    // cell, and every lane has read it before any lane (going on to the
+    // next phase) may record again.
     auto failed = [&]() -> status {
         lanes.sync();
         const std::uint32_t f = ll_failed(cell);
+        lanes.sync();
         if (f == 0) return status::ok;
         const status st = static_cast<status>(f >> 16);
         const int q = int(f & 0xffffu) - 1;
