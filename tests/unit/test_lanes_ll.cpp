@@ -167,7 +167,7 @@ struct ll_bench {
             });
         }
         const std::size_t index = streams[0].calls.size() - 1;
-        checks.push_back([this, calls, coll, root, n = n, eb, index, op, salt] {
+        checks.push_back([this, calls, coll, root, n = n, index, op, salt] {
             auto ll_value_at = [salt](int q, std::uint64_t i) { return ll_value<T>(q, i, salt); };
             const std::string what = std::string(collective_name(coll)) + " " + element_traits<T>::name() + " " +
                                      op_traits<Op>::name() + " n=" + std::to_string(n) +

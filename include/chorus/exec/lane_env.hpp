@@ -388,6 +388,7 @@ CHORUS_HD status run_lane_channel(const Lanes& lanes, const lane_launch<T, Op, S
     env.nchannels = L.sch.channels();
     if (lanes.id() == 0) {
         for (auto& m : sh.checked) m = 0;
+        sh.ll_fail = 0; // (exec/lane_ll.hpp) before post()'s barrier: no lane records earlier
         own->desc[seq & 1][c] = mine; // published by the release in post()
     }
     env.post(c, 0);

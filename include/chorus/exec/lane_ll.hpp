@@ -62,6 +62,15 @@
 //!     of waits can form (by induction on s).
 //! Calls of other protocols between LL calls do not touch the regions
 //! and do not break (a)-(c): ll_sent/ll_ack compare call numbers.
+//!
+//! Order with the other calls. The flag protocol's safety (a rank's
+//! descriptors, double-buffered by call parity, and its buffers) rests on
+//! a chain of release/acquire: a rank that saw a peer start call s + 1
+//! knows everything that peer did in call s happened before. Relaxed LL
+//! words carry no such order, so in phase 2 every rank also acquires each
+//! peer's registration of this call (its flag, released by
+//! run_lane_channel's first post before the peer pushed anything, after
+//! a barrier that follows all of the peer's previous call).
 
 #include <cstdint>
 #include <cstring>
@@ -194,7 +203,8 @@ struct ll_run {
         }
     }
 
-    //! Waits until `cell` (in this rank's area, written by a peer) reaches `v`.
+    //! Waits (acquire) until `cell` reaches `v`: a peer's acknowledgement
+    //! in this rank's area, or a peer's progress flag.
     CHORUS_HD status wait_ack(std::uint64_t* cell, std::uint64_t v) const {
         for (unsigned i = 1;; ++i) {
             if (flag_load_acquire(cell) >= v) return status::ok;
@@ -244,7 +254,7 @@ CHORUS_HD status run_ll(lane_env<T, Op, Lanes>& env, const ll_schedule& s, const
                            w.ll_slot_words};
     lane_rank_area* own = w.areas[me];
     std::uint32_t& cell = env.sh.ll_fail;
-    if (id == 0) atomic_ref<std::uint32_t>(cell).store(0, mo::memory_order_relaxed);
+    // (cell was cleared by lane 0 in run_lane_channel, before a barrier.)
     // Every lane leaves alike on a failure, after a barrier.
     // Two barriers: every lane's record is in before any lane reads the
     // cell, and every lane has read it before any lane (going on to the
@@ -303,10 +313,24 @@ CHORUS_HD status run_ll(lane_env<T, Op, Lanes>& env, const ll_schedule& s, const
         ll_store(r.word(q, me, wd), data, r.flag);
     }
 
-    // 2. Poll: (source, word) pairs, the headers compared on arrival.
-    for (std::uint64_t t = id; t < items; t += L) {
-        const std::uint64_t wd = t % r.words;
-        const int q = r.peer(t / r.words);
+    // 2. Poll: first one item per peer, its registration of this call
+    // (acquire: see "Order with the other calls" in the file comment),
+    // then the (source, word) pairs, the headers compared on arrival. All
+    // at once over the lanes: the registration was published before the
+    // push, so it costs no round trip of its own.
+    const std::uint64_t regs = std::uint64_t(n - 1);
+    for (std::uint64_t t = id; t < regs + items; t += L) {
+        if (t < regs) {
+            const int q = r.peer(t);
+            const status st = r.wait_ack(&w.areas[q]->flags[0].value, env.seq << 32);
+            if (st != status::ok) {
+                ll_record(cell, st, q);
+                break;
+            }
+            continue;
+        }
+        const std::uint64_t wd = (t - regs) % r.words;
+        const int q = r.peer((t - regs) / r.words);
         if (wd >= ll_slot_words(s.payload(q, me))) continue;
         std::uint32_t data = 0;
         status st = r.poll(q, wd, data);
