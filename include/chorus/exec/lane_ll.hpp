@@ -30,7 +30,8 @@
 //!      lanes on neighbouring words: the header, then the payload;
 //!   2. poll: every (source, word) pair this rank receives, spread over
 //!      the lanes, until its flag is this call's; the header must carry
-//!      this rank's fingerprint (else status::mismatch);
+//!      this rank's fingerprint (else status::mismatch); with them, each
+//!      peer's registration of this call (acquire, see "Order" below);
 //!   3. reduce (or copy) out of the region: lanes take 16-byte chunks of
 //!      the payload and fold the n contributions in rank order 0..n-1
 //!      (this rank's own straight from its input), then write the output;
@@ -63,7 +64,7 @@
 //! Calls of other protocols between LL calls do not touch the regions
 //! and do not break (a)-(c): ll_sent/ll_ack compare call numbers.
 //!
-//! Order with the other calls. The flag protocol's safety (a rank's
+//! Order with the other calls ("Order"). The flag protocol's safety (a rank's
 //! descriptors, double-buffered by call parity, and its buffers) rests on
 //! a chain of release/acquire: a rank that saw a peer start call s + 1
 //! knows everything that peer did in call s happened before. Relaxed LL
