@@ -806,6 +806,83 @@ bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::
 // channel counts and chunk sizes, equal to the serial left fold, which
 // direct<> and two_shot<> (the policies deterministic<> runs) compute too;
 // the ring's order differs (so these inputs tell orders apart).
+// The LL protocol (algo/ll.hpp, exec/lane_ll.hpp): direct<> with
+// protocol::ll and automatic on calls that fit the LL region (default
+// 64 KiB per rank pair), exact results over sizes 1..16K floats, many
+// calls in a row (both call parities, slot reuse), the other LL
+// collectives, and a captured LL AllReduce replayed from a graph.
+void ll_protocol(world& w) {
+    const int n = w.size();
+    if (n < 2) return;
+    const chorus::policy ll = chorus::policy_of<chorus::direct<chorus::direct_params{.proto = chorus::protocol::ll}>>;
+    const chorus::policy aut = chorus::policy::automatic();
+    int call = 0;
+    for (std::uint64_t count : {1ull, 2ull, 3ull, 5ull, 31ull, 256ull, 1000ull, 4097ull, 16384ull}) {
+        for (int rep = 0; rep < 3; ++rep, ++call) {
+            auto bufs = constant_bufs(w, count, [&](int r) { return float(r + 1 + call); });
+            const chorus::policy& pol = (call & 1) ? ll : aut;
+            for (int r = 0; r < n; ++r) {
+                w.set_device(r);
+                float* p = bufs[std::size_t(r)].data();
+                on_stream{w.comm(r), w.stream(r), pol}.all_reduce<float>(p, p, count, chorus::sum{});
+            }
+            w.sync();
+            const float want = float(n * (n + 1) / 2 + n * call);
+            EXPECT(all_equal(w, bufs, 0, count, want), "LL all_reduce %llu floats on %d ranks (call %d)",
+                   static_cast<unsigned long long>(count), n, call);
+            EXPECT(std::string(w.comm(0).last_call().algorithm) == "direct_ll", "LL all_reduce ran %s",
+                   w.comm(0).last_call().algorithm);
+            ++g_cases;
+        }
+    }
+    // The other LL collectives, small.
+    for (std::uint64_t count : {1ull, 7ull, 1024ull}) {
+        auto in = constant_bufs(w, count * std::uint64_t(n), [](int r) { return float(r + 1); });
+        auto out = constant_bufs(w, count * std::uint64_t(n), [](int) { return 0.0f; });
+        for (int r = 0; r < n; ++r) {
+            w.set_device(r);
+            on_stream{w.comm(r), w.stream(r), ll}.reduce_scatter<float>(in[std::size_t(r)].data(),
+                                                                        out[std::size_t(r)].data(), count,
+                                                                        chorus::sum{});
+        }
+        w.sync();
+        EXPECT(all_equal(w, out, 0, count, float(n * (n + 1) / 2)), "LL reduce_scatter %llu", (unsigned long long)count);
+        for (int r = 0; r < n; ++r) {
+            w.set_device(r);
+            on_stream{w.comm(r), w.stream(r), ll}.broadcast<float>(in[std::size_t(r)].data(), count, n - 1);
+        }
+        w.sync();
+        EXPECT(all_equal(w, in, 0, count, float(n)), "LL broadcast %llu", (unsigned long long)count);
+        ++g_cases;
+    }
+    // A captured LL AllReduce, replayed: the call number comes from device memory.
+    const std::uint64_t count = 1000;
+    auto bufs = constant_bufs(w, count, [](int r) { return float(r); });
+    std::vector<cudaGraphExec_t> execs(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+        w.set_device(r);
+        cudaGraph_t g;
+        float* p = bufs[std::size_t(r)].data();
+        cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
+        on_stream{w.comm(r), w.stream(r), ll}.all_reduce<float>(p, p, count, chorus::sum{});
+        cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
+        cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
+        cudaGraphDestroy(g);
+    }
+    for (int rep = 0; rep < 5; ++rep) {
+        for (int r = 0; r < n; ++r) {
+            w.set_device(r);
+            bufs[std::size_t(r)].upload(std::vector<float>(count, float(r + rep)));
+        }
+        for (int r = 0; r < n; ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
+        w.sync();
+        const float want = float(n * (n - 1) / 2 + n * rep);
+        EXPECT(all_equal(w, bufs, 0, count, want), "LL graph replay %d on %d ranks", rep, n);
+        ++g_cases;
+    }
+    for (auto e : execs) cudaGraphExecDestroy(e);
+}
+
 void deterministic_bits(world& w) {
     using namespace chorus;
     using chorus::collective;
@@ -1056,6 +1133,7 @@ void run_all(const std::vector<int>& devs, bool quick, const std::vector<pair_ca
                        [&](world& w) { non_commutative_automatic(w, !quick); });
     }
     on_fresh_world("deterministic<> bits", devs, {}, [&](world& w) { deterministic_bits(w); });
+    on_fresh_world("LL protocol", devs, {}, [&](world& w) { ll_protocol(w); });
 }
 
 } // namespace

@@ -105,14 +105,38 @@ struct lane_world_host {
     std::uint32_t abort = 0;
     std::vector<chorus::detail::lane_fault> faults;
     std::vector<chorus::detail::lane_peer_map> maps;
+    //! The LL receive regions (exec/lane_ll.hpp), when enable_ll was called.
+    std::vector<std::unique_ptr<std::uint64_t[]>> ll;
+    std::vector<std::uint64_t*> ll_table;
+    std::uint64_t ll_slot_words = 0;
+    std::uint64_t ll_limit = 0; //!< payload bytes per source the regions hold
     explicit lane_world_host(int n) : faults(static_cast<std::size_t>(n)) {
         for (int r = 0; r < n; ++r) {
             areas.push_back(std::make_unique<chorus::detail::lane_rank_area>());
             table.push_back(areas.back().get());
         }
     }
+    //! Gives every rank a zeroed LL region with room for `payload_bytes` per source.
+    void enable_ll(std::uint64_t payload_bytes) {
+        const int n = int(table.size());
+        ll_limit = payload_bytes;
+        ll_slot_words = chorus::ll_slot_words(payload_bytes);
+        ll.clear();
+        ll_table.clear();
+        for (int r = 0; r < n; ++r) {
+            const std::size_t words = std::size_t(2 * std::uint64_t(n) * ll_slot_words);
+            ll.push_back(std::make_unique<std::uint64_t[]>(words)); // value-initialised: zero
+            ll_table.push_back(ll.back().get());
+        }
+    }
     chorus::detail::lane_world view() {
-        return {table.data(), &abort, faults.data(), int(table.size()), maps.empty() ? nullptr : maps.data()};
+        chorus::detail::lane_world v{table.data(), &abort, faults.data(), int(table.size()),
+                                     maps.empty() ? nullptr : maps.data()};
+        if (!ll_table.empty()) {
+            v.ll = ll_table.data();
+            v.ll_slot_words = ll_slot_words;
+        }
+        return v;
     }
     void set_abort() { std::atomic_ref<std::uint32_t>(abort).store(1, std::memory_order_release); }
 };

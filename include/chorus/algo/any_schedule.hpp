@@ -23,6 +23,7 @@
 #include "direct.hpp"
 #include "exchange.hpp"
 #include "hierarchical.hpp"
+#include "ll.hpp"
 #include "policy.hpp"
 #include "rabenseifner.hpp"
 #include "recursive_doubling.hpp"
@@ -45,6 +46,7 @@ enum class schedule_kind : std::uint8_t {
     hierarchical,
     staged,
     exchange,
+    ll, //!< direct<> with protocol::ll (algo/ll.hpp)
 };
 
 //! The schedule of one rank's call, whatever the policy (see the file comment).
@@ -60,6 +62,7 @@ struct any_schedule {
         hierarchical_schedule hier;
         staged_schedule staged;
         exchange_schedule exchange;
+        ll_schedule ll;
     };
 
     CHORUS_HD constexpr any_schedule() : ring{} {}
@@ -77,6 +80,11 @@ struct any_schedule {
         else *this = any_schedule(s.ring);
     }
     CHORUS_HD constexpr any_schedule(const exchange_schedule& s) : kind{schedule_kind::exchange}, exchange{s} {}
+    CHORUS_HD constexpr any_schedule(const ll_schedule& s) : kind{schedule_kind::ll}, ll{s} {}
+
+    //! The LL plan held, or null: the lane executor runs it with the LL
+    //! protocol (exec/lane_ll.hpp); the others run it as its direct<> fallback.
+    CHORUS_HD constexpr const ll_schedule* as_ll() const { return kind == schedule_kind::ll ? &ll : nullptr; }
 
     //! f(the schedule held).
     template <class F>
@@ -90,6 +98,7 @@ struct any_schedule {
         case schedule_kind::hierarchical: return f(hier);
         case schedule_kind::staged: return f(staged);
         case schedule_kind::exchange: return f(exchange);
+        case schedule_kind::ll: return f(ll);
         case schedule_kind::ring: break;
         }
         return f(ring);
@@ -124,7 +133,10 @@ constexpr any_schedule make_fixed_schedule(const policy& p, const schedule_args&
     const bool all_reduce = a.coll == collective::all_reduce;
     switch (p.algo) {
     case algorithm::ring: return make_ring_schedule(a, t);
-    case algorithm::direct: return make_direct_schedule(a, t.channels, t.chunk_bytes);
+    case algorithm::direct:
+        // protocol::ll where the transport has an LL region the call fits.
+        if (p.proto == protocol::ll && ll_fits(a)) return make_ll_schedule(a);
+        return make_direct_schedule(a, t.channels, t.chunk_bytes);
     case algorithm::tree:
         if (a.coll == collective::all_gather || a.coll == collective::reduce_scatter) return make_ring_schedule(a, t);
         return make_tree_schedule(a, t);

@@ -277,6 +277,9 @@ struct deterministic {
 //! a schedule.
 inline any_schedule make_schedule(const policy& p, const schedule_args& a, detail::choice_memo* memo = nullptr) {
     if (is_exchange(a.coll)) return make_fixed_schedule(p, a);
+    // The LL protocol (algo/ll.hpp) for every call it carries: one
+    // synchronisation-free shot, folding in rank order (deterministic).
+    if ((p.choose || p.deterministic) && ll_fits(a)) return make_ll_schedule(a);
     if (p.deterministic) {
         if (a.coll == collective::all_gather || a.coll == collective::broadcast || a.coll == collective::barrier)
             return p.choose ? make_schedule(policy::automatic(), a, memo) : make_fixed_schedule(p, a);

@@ -47,6 +47,10 @@ namespace chorus {
 struct direct_params {
     int channels = 1;                    //!< independent channels (GPU: thread blocks)
     std::size_t chunk_bytes = 1 << 20;   //!< work granularity per channel
+    //! protocol::ll: GPU communicators run calls that fit their LL region
+    //! with the low-latency protocol (algo/ll.hpp; one channel, the two
+    //! fields above unused); everything else runs as protocol::simple.
+    protocol proto = protocol::simple;
 };
 
 struct direct_schedule;
@@ -63,7 +67,11 @@ struct direct {
     static constexpr direct_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "direct";
-    static constexpr policy describe() { return policy::fixed(algorithm::direct, {P.channels, P.chunk_bytes}); }
+    static constexpr policy describe() {
+        policy p = policy::fixed(algorithm::direct, {P.channels, P.chunk_bytes});
+        p.proto = P.proto;
+        return p;
+    }
 };
 
 //! The steps of one rank in a direct collective.

@@ -29,6 +29,16 @@ struct tuning {
     constexpr bool operator==(const tuning&) const = default;
 };
 
+//! How a policy's data travels. `simple`: the schedule's steps, each
+//! read published by a flag of its own (every algorithm). `ll`: the
+//! low-latency protocol of the lane executor (GPU communicators): the
+//! data is pushed into each reader's LL receive region in 8-byte words
+//! that carry 4 data bytes and a 4-byte flag, so a reader polls the data
+//! itself (algo/ll.hpp, exec/lane_ll.hpp). Only direct<> has it; a call
+//! it cannot carry (too large for the region, element size not 1, 2, 4,
+//! 8 or 16 bytes, a backend without the region) runs as `simple`.
+enum class protocol : std::uint8_t { simple, ll };
+
 //! The tuning of each policy type's default parameters (ring<>, tree<>, ...).
 constexpr tuning default_tuning(algorithm a) {
     switch (a) {
@@ -56,6 +66,8 @@ struct policy {
     algorithm intra = algorithm::ring;
     algorithm inter = algorithm::ring;
     tuning inter_tune{1, 256 << 10};
+    //! direct<> only: the protocol (protocol::ll: the low-latency one).
+    protocol proto = protocol::simple;
 
     constexpr bool operator==(const policy&) const = default;
 
@@ -113,6 +125,7 @@ struct policy {
                                    std::uint64_t(std::uint32_t(tune.channels)) << 32;
         std::uint64_t h = mix(mix(0x63686f727573ull, head), tune.chunk_bytes);
         if (hier) h = mix(mix(h, std::uint64_t(std::uint32_t(inter_tune.channels))), inter_tune.chunk_bytes);
+        if (proto != protocol::simple) h = mix(h, 0x6c6c00ull | std::uint64_t(proto));
         return h;
     }
 };
@@ -128,6 +141,11 @@ constexpr bool policy_from_name(std::string_view name, policy& out) {
     }
     if (name == "deterministic") {
         out = policy::automatic().deterministic_of();
+        return true;
+    }
+    if (name == "direct_ll") { // direct<direct_params{.proto = protocol::ll}>
+        out = policy::fixed(algorithm::direct);
+        out.proto = protocol::ll;
         return true;
     }
     algorithm a{};

@@ -137,6 +137,11 @@ struct schedule_args {
     //! shares). hierarchical<> then stages through the windows
     //! (algo/staged.hpp). 0: peers read each other's buffers directly.
     std::uint64_t node_window_bytes = 0;
+    //! Payload bytes the transport's LL receive region holds per source
+    //! (0: no LL protocol, as on the host backends): direct<> with
+    //! protocol::ll, automatic and deterministic<> run a call whose
+    //! per-source payload fits with the LL protocol (algo/ll.hpp).
+    std::uint64_t ll_limit_bytes = 0;
 };
 
 //! True when two calls have the same schedule_args (every field, but
@@ -145,7 +150,8 @@ CHORUS_HD constexpr bool same_args(const schedule_args& a, const schedule_args& 
     return a.coll == b.coll && a.rank == b.rank && a.nranks == b.nranks && a.root == b.root && a.count == b.count &&
            a.elem_bytes == b.elem_bytes && (any_in_place || a.in_place == b.in_place) && a.node_size == b.node_size &&
            a.counts == b.counts && a.commutative == b.commutative && a.topo == b.topo &&
-           a.scratch_limit_bytes == b.scratch_limit_bytes && a.node_window_bytes == b.node_window_bytes;
+           a.scratch_limit_bytes == b.scratch_limit_bytes && a.node_window_bytes == b.node_window_bytes &&
+           a.ll_limit_bytes == b.ll_limit_bytes;
 }
 
 //! Whether one rank's call is in place as the API defines it: AllGather,

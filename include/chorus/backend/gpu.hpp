@@ -114,6 +114,13 @@ struct options {
     //! zero-copy buffers. 0: none (every call is staged). Every rank
     //! passes the same value, and the same scratch_bytes.
     std::size_t registered_bytes = 0;
+    //! make_communicators only: payload bytes per source of each rank's
+    //! LL receive region (the low-latency protocol, algo/ll.hpp): calls
+    //! moving at most this many bytes per rank pair run with it under
+    //! automatic, deterministic<> and direct<{.proto = protocol::ll}>.
+    //! Costs ll_region_bytes(ranks, ll_bytes) of device memory per rank
+    //! (64 KiB, 8 ranks: 2 MiB). 0: no LL region, no LL protocol.
+    std::size_t ll_bytes = std::size_t(64) << 10;
     //! One process per GPU only: how long each setup exchange waits for
     //! the other processes (they may start seconds apart under mpirun).
     std::chrono::milliseconds setup_timeout{60000};
@@ -195,6 +202,10 @@ struct gpu_world {
     std::vector<cudaStream_t> streams;          //!< per rank: its stream for calls without one
     std::vector<int> table_device;              //!< devices with a table
     std::vector<lane_rank_area**> tables;       //!< per entry of table_device: the area pointers, on that device
+    std::vector<std::uint64_t*> ll;             //!< per rank, on its device: its LL receive region (none: empty)
+    std::vector<std::uint64_t**> ll_tables;     //!< per entry of table_device: the LL region pointers, on that device
+    std::uint64_t ll_slot_words = 0;            //!< words of one LL slot (lane_world::ll_slot_words)
+    std::uint64_t ll_limit = 0;                 //!< payload bytes per source the regions hold (0: no LL)
     std::uint32_t* abort_word = nullptr;        //!< mapped pinned host memory
     lane_fault* faults = nullptr;               //!< mapped pinned host memory, [n]
     //! Per rank (one process per GPU: `self` only): the "v" collectives'
@@ -242,7 +253,15 @@ struct gpu_world {
 
     //! What a kernel of rank `r`'s device is given as its world.
     lane_world device_world(int d) const {
-        if (!proc) return {table_for(d), abort_word, faults, n, nullptr};
+        if (!proc) {
+            lane_world w{table_for(d), abort_word, faults, n, nullptr};
+            for (std::size_t i = 0; i < table_device.size() && ll_limit != 0; ++i)
+                if (table_device[i] == d) {
+                    w.ll = ll_tables[i];
+                    w.ll_slot_words = ll_slot_words;
+                }
+            return w;
+        }
         return {table_for(d), abort_dev, faults_dev, n, maps_dev};
     }
 
@@ -284,8 +303,10 @@ struct gpu_world {
             if (proc) continue; // the area and scratch are proc's
             if (r < int(areas.size()) && areas[std::size_t(r)]) (void)cudaFree(areas[std::size_t(r)]);
             if (r < int(scratch.size()) && scratch[std::size_t(r)]) (void)cudaFree(scratch[std::size_t(r)]);
+            if (r < int(ll.size()) && ll[std::size_t(r)]) (void)cudaFree(ll[std::size_t(r)]);
         }
         for (auto* t : tables) (void)cudaFree(t);
+        for (auto* t : ll_tables) (void)cudaFree(t);
         if (proc) {
             // A peer's kernel may still read this rank's flags to finish
             // its last wait: free this rank's segment only once every peer
@@ -334,6 +355,9 @@ public:
     std::uint64_t scratch_limit_bytes() const noexcept { return world_->scratch_bytes; }
     //! Peers read each other's buffers directly.
     std::uint64_t node_window_bytes() const noexcept { return 0; }
+    //! What the LL receive regions hold per source (0: none; one process
+    //! per GPU has none yet): schedule_args::ll_limit_bytes.
+    std::uint64_t ll_limit_bytes() const noexcept { return world_->proc ? 0 : world_->ll_limit; }
     //! The CUDA device this rank runs on.
     int device() const noexcept { return world_->dev[std::size_t(rank_)]; }
     //! The stream calls without a stream argument use (owned by chorus).
@@ -869,6 +893,11 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
     w->scratch.assign(devices.size(), nullptr);
     w->streams.assign(devices.size(), nullptr);
     w->counts_dev.assign(devices.size(), nullptr);
+    w->ll.assign(devices.size(), nullptr);
+    if (devices.size() >= 2 && opt.ll_bytes != 0) {
+        w->ll_limit = (std::uint64_t(opt.ll_bytes) + 3) / 4 * 4;
+        w->ll_slot_words = chorus::ll_slot_words(w->ll_limit);
+    }
     w->split_calls.assign(devices.size(), 0);
     w->split_color.assign(devices.size(), -1);
     w->split_key.assign(devices.size(), 0);
@@ -881,6 +910,11 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
         cuda_check(cudaMalloc(reinterpret_cast<void**>(&w->areas[r]), sizeof(detail::lane_rank_area)), "cudaMalloc");
         cuda_check(cudaMemset(w->areas[r], 0, sizeof(detail::lane_rank_area)), "cudaMemset");
         if (opt.scratch_bytes) cuda_check(cudaMalloc(&w->scratch[r], opt.scratch_bytes), "cudaMalloc (scratch)");
+        if (w->ll_limit != 0) { // the LL receive region, zeroed: no call's flag (exec/lane_ll.hpp)
+            const std::size_t bytes = std::size_t(chorus::ll_region_bytes(w->n, w->ll_limit));
+            cuda_check(cudaMalloc(reinterpret_cast<void**>(&w->ll[r]), bytes), "cudaMalloc (LL region)");
+            cuda_check(cudaMemset(w->ll[r], 0, bytes), "cudaMemset (LL region)");
+        }
         cuda_check(cudaStreamCreateWithFlags(&w->streams[r], cudaStreamNonBlocking), "cudaStreamCreate");
     }
     for (int d : devices) {
@@ -891,6 +925,13 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
         w->table_device.push_back(d);
         w->tables.push_back(t);
         cuda_check(cudaMemcpy(t, w->areas.data(), sizeof(void*) * devices.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+        std::uint64_t** lt = nullptr;
+        if (w->ll_limit != 0) {
+            cuda_check(cudaMalloc(reinterpret_cast<void**>(&lt), sizeof(void*) * devices.size()), "cudaMalloc");
+            cuda_check(cudaMemcpy(lt, w->ll.data(), sizeof(void*) * devices.size(), cudaMemcpyHostToDevice),
+                       "cudaMemcpy");
+        }
+        w->ll_tables.push_back(lt);
     }
     for (int d : devices) {
         detail::device_guard g(d);

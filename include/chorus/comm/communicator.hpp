@@ -118,6 +118,10 @@ inline call_info info_of(const call& c, call_schedules* s) {
     }
     const any_schedule sch = s != nullptr ? s->mine() : make_schedule(p, c.args);
     i.channels = sch.channels();
+    if (sch.kind == schedule_kind::ll) { // the LL protocol (algo/ll.hpp)
+        i.algorithm = "direct_ll";
+        return i;
+    }
     if (p.deterministic) {
         // Reductions fold in rank order (direct or two-shot); copies run Algo, or automatic's pick.
         i.algorithm = sch.kind == schedule_kind::two_shot ? "two_shot"
@@ -393,6 +397,7 @@ private:
         a.topo = &t_.topology();
         a.scratch_limit_bytes = t_.scratch_limit_bytes();
         a.node_window_bytes = t_.node_window_bytes();
+        if constexpr (requires { t_.ll_limit_bytes(); }) a.ll_limit_bytes = t_.ll_limit_bytes();
         if (coll == collective::barrier) {
             // Every rank registers and waits for every other: a direct<>
             // AllReduce of nothing, where a transport runs it as a schedule.

@@ -105,6 +105,13 @@ struct lane_rank_area {
     //! collectives' flags and counters.
     lane_p2p_out p2p_out[max_lane_ranks];
     lane_p2p_in p2p_in[max_lane_ranks];
+    //! The LL protocol (exec/lane_ll.hpp), per peer q. ll_ack[q]: the
+    //! latest LL call whose slot from this rank q has finished reading in
+    //! its own region (written by q, release). ll_sent[q][parity]: the
+    //! latest call in which this rank wrote its slot of that parity in q's
+    //! region (this rank only).
+    alignas(128) std::uint64_t ll_ack[max_lane_ranks];
+    std::uint64_t ll_sent[max_lane_ranks][2];
 };
 
 //! Most address ranges a reader maps of one peer: the peer's scratch and up
@@ -165,6 +172,11 @@ struct lane_world {
     //! [nranks]: how this process reaches each peer's buffers (its own
     //! entry unused); null: one address space, pointers used as published.
     const lane_peer_map* maps = nullptr;
+    //! [nranks]: each rank's LL receive region as this process addresses
+    //! it (exec/lane_ll.hpp: 2 x nranks slots of ll_slot_words 8-byte
+    //! words); null: no LL protocol (LL schedules run their fallback).
+    std::uint64_t* const* ll = nullptr;
+    std::uint64_t ll_slot_words = 0;
 };
 
 //! Records `st` as this rank's failure unless one is recorded already (the
@@ -209,6 +221,7 @@ template <class T>
 struct lane_shared {
     const T* fan[max_lane_ranks];
     std::uint64_t checked[max_lane_ranks / 64];
+    std::uint32_t ll_fail; //!< the LL protocol: the first failing lane's (status << 16 | (peer + 1)), 0: none
 };
 
 template <class T, class Op, class Lanes>
@@ -366,6 +379,12 @@ struct lane_env {
     }
 };
 
+} // namespace chorus::detail
+
+#include "lane_ll.hpp"
+
+namespace chorus::detail {
+
 //! One channel of one rank, from registration to the final wait: the
 //! body of the GPU kernel's thread block and of the CPU lane test.
 CHORUS_HD_TEMPLATE
@@ -381,14 +400,26 @@ CHORUS_HD status run_lane_channel(const Lanes& lanes, const lane_launch<T, Op, S
     env.nchannels = L.sch.channels();
     if (lanes.id() == 0) {
         for (auto& m : sh.checked) m = 0;
+        sh.ll_fail = 0; // (exec/lane_ll.hpp) before post()'s barrier: no lane records earlier
         own->desc[seq & 1][c] = mine; // published by the release in post()
     }
     env.post(c, 0);
     status st = status::ok;
     if (L.checked) st = wait_for(env, wait_spec{0, 0, static_cast<std::uint16_t>(L.world.nranks), 1}, L.rank, c);
-    const std::uint64_t units = L.sch.units();
-    for (std::uint64_t p = 0; p < units && st == status::ok; ++p) st = run_unit(L.sch, env, c, p);
-    if (st == status::ok) st = finish_channel(L.sch, env, c);
+    bool ran = false;
+    if constexpr (requires { L.sch.as_ll(); }) {
+        // The LL protocol (exec/lane_ll.hpp) where the world has LL regions;
+        // without them the schedule's direct<> fallback below.
+        if (const ll_schedule* ll = L.sch.as_ll(); ll != nullptr && L.world.ll != nullptr) {
+            if (st == status::ok) st = run_ll(env, *ll, L.in, L.out);
+            ran = true;
+        }
+    }
+    if (!ran) {
+        const std::uint64_t units = L.sch.units();
+        for (std::uint64_t p = 0; p < units && st == status::ok; ++p) st = run_unit(L.sch, env, c, p);
+        if (st == status::ok) st = finish_channel(L.sch, env, c);
+    }
     if (lanes.id() == 0) {
         own->seq[c] = seq;
         if (c == 0)
