@@ -5,7 +5,7 @@
 //! test_lanes.cpp (every rank a group of threads of one process) and
 //! test_lanes_process.cpp (one rank per process).
 
-#include <chorus/exec/lane_env.hpp>
+#include <chorus/exec/lane_channel.hpp>
 #include <chorus/exec/host_kernel.hpp>
 #include <chorus/exec/lane_p2p.hpp>
 

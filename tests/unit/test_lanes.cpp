@@ -36,7 +36,7 @@
 
 #include <chorus/backend/gpu_checks.hpp>
 #include <chorus/core/split_plan.hpp>
-#include <chorus/exec/lane_env.hpp>
+#include <chorus/exec/lane_channel.hpp>
 
 #include <barrier>
 #include <algorithm>

@@ -21,7 +21,7 @@
 #include "lane_test_util.hpp"
 
 #include <chorus/backend/gpu_checks.hpp>
-#include <chorus/exec/lane_env.hpp>
+#include <chorus/exec/lane_channel.hpp>
 #include <chorus/exec/lane_p2p.hpp>
 
 #include <chrono>

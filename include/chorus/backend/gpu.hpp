@@ -447,7 +447,7 @@ public:
 
     //! Enqueues one collective on `stream` (null: the rank's own): one
     //! kernel per (element type, operator) runs every policy's schedule.
-    //! Across nodes: enqueue_across_nodes (backend/gpu_nodes.hpp).
+    //! Across nodes: enqueue_across_nodes (comm/gpu_nodes.hpp).
     template <class T, class Op, class Schedules>
     void enqueue(const call& c, const Op& op, Schedules& s, void* stream);
     //! \internal One collective of this world's ranks (`c` planned for them).
@@ -1047,5 +1047,3 @@ inline void stream_wait(cudaStream_t stream, const future& f) {
 } // namespace gpu
 
 } // namespace chorus
-
-#include "gpu_nodes.hpp"

@@ -14,6 +14,7 @@
 #include "../backend/gpu_process.hpp"
 #include "../ops/operators.hpp"
 #include "communicator.hpp"
+#include "gpu_nodes.hpp" // what a collective across nodes runs (gpu_transport::enqueue declares it)
 
 namespace chorus {
 namespace gpu {

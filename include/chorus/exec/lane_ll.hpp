@@ -82,7 +82,7 @@
 #include "../core/config.hpp"
 #include "../core/error.hpp"
 #include "../ops/traits.hpp"
-#include "lane_env.hpp" // lane_env; it includes this file in turn, where run_lane_channel needs run_ll
+#include "lane_env.hpp"
 #include "lane_reduce_copy.hpp"
 
 namespace chorus::detail {

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "../algo/any_schedule.hpp"
-#include "../exec/lane_env.hpp"
+#include "../exec/lane_channel.hpp"
 #include "lanes.cuh"
 
 namespace chorus::detail {
