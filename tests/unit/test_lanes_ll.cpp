@@ -17,6 +17,7 @@
 
 #include <chorus/chorus.hpp>
 #include "lane_test_util.hpp"
+#include "test_util.hpp"
 
 #include <algorithm>
 #include <barrier>
@@ -420,6 +421,13 @@ TEST_CASE("ll: a writer two calls ahead waits for the reader of its slot (the re
     // need rank 1, and call 3, which writes the same slots (parity 1) of
     // rank 1's region that rank 1 is still reading for call 1. Without the
     // guard rank 1 would find call 3's words there and time out.
+    // Not under ThreadSanitizer: no collective lets a rank run two calls
+    // ahead of a peer (finishing call 2 needs every peer in it), so the
+    // descriptors' two parities (lane_rank_area::desc) are not built for
+    // it, and rank 0's call-3 descriptor races with rank 1's read of its
+    // call-1 one, by the test's construction. The LL slots it checks run
+    // in the Release and ASan builds.
+    if (chorus_test::under_tsan) return;
     for (int lanes : {1, 3}) {
         ll_bench b(2, 1024);
         b.timeout_ms = 5000;

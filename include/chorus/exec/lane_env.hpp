@@ -184,9 +184,19 @@ struct lane_world {
 //! every wait of every rank then fails.
 CHORUS_HD inline void record_lane_fault(const lane_world& w, int rank, const lane_fault& what, status st) {
     lane_fault& f = w.faults[rank];
-    if (f.code == 0) {
-        f = what;
-        f.code = static_cast<int>(st);
+    // Channels of one rank may fail at once: the first to claim the record
+    // (code 0 -> the status, atomically) fills it. The host reads it after
+    // the rank's work has ended.
+    int expected = 0;
+    if (atomic_ref<int>(f.code).compare_exchange_strong(expected, static_cast<int>(st), mo::memory_order_acq_rel,
+                                                         mo::memory_order_relaxed)) {
+        f.peer = what.peer;
+        f.channel = what.channel;
+        f.unit = what.unit;
+        f.theirs = what.theirs;
+        f.p2p = what.p2p;
+        f.p2p_count = what.p2p_count;
+        f.p2p_elem_bytes = what.p2p_elem_bytes;
     }
     atomic_ref<std::uint32_t>(*w.abort).store(1, mo::memory_order_release);
 }

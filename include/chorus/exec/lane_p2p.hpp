@@ -26,7 +26,7 @@
 //! (cancelled = m) and then looks at the receiver's state: the seq_cst
 //! store-then-load on both sides (a Dekker pair) guarantees that either
 //! the receiver sees the withdrawal and never reads `buf`, or the sender
-//! sees the claim and waits (a second deadline, no abort check: the copy
+//! sees the claim and waits (a second deadline of at least 60 s, no abort check: the copy
 //! cannot block) until the copy is done. So a send never returns while a
 //! receiver may still read its buffer. Each rank writes only its own area;
 //! peers only read it.
@@ -131,8 +131,11 @@ CHORUS_HD lane_p2p_outcome p2p_send_lane0(const Lanes& lanes, const lane_p2p_lau
         // Withdraw, then look whether the receiver claimed it first.
         p2p_store_sc(&o.cancelled, m);
         if (p2p_load_sc(&in->state) >= ((m << 3) | lane_p2p_claimed)) {
-            // Its copy is under way and cannot block: wait for its end.
-            const std::uint64_t until = lanes.now_ns() + L.timeout_ns;
+            // Its copy is under way and cannot block: wait for its end, for
+            // at least a minute whatever the timeout (returning earlier would
+            // hand the caller a buffer still being read).
+            constexpr std::uint64_t copy_bound_ns = 60'000'000'000ull;
+            const std::uint64_t until = lanes.now_ns() + (L.timeout_ns > copy_bound_ns ? L.timeout_ns : copy_bound_ns);
             if (p2p_poll(lanes, L.world, &in->state, done, until, false) == status::ok) st = status::ok;
         }
     }
