@@ -3,12 +3,15 @@
 //! The collective kernel: block c runs channel c of one rank's schedule
 //! (exec/lane_env.hpp's run_lane_channel, the code the CPU lane test runs),
 //! its threads sharing every step's reduce-copy. One launch per rank per
-//! collective, on that rank's stream and device.
+//! collective, on that rank's stream and device; or, for a group
+//! (collectives/gpu_group.hpp), one launch per rank for several calls
+//! (collective_group_kernel).
 
 #include <cstdint>
 
 #include "../algo/any_schedule.hpp"
 #include "../exec/lane_channel.hpp"
+#include "../exec/lane_group.hpp"
 #include "lanes.cuh"
 
 namespace chorus::detail {
@@ -27,6 +30,26 @@ __global__ void __launch_bounds__(collective_block_threads, collective_min_block
     __shared__ lane_shared<T> sh;
     const block_lanes lanes{};
     (void)run_lane_channel(lanes, params, static_cast<int>(blockIdx.x), sh);
+}
+
+//! Group launch (exec/lane_group.hpp): the calls of (T, Op) one launch of
+//! collective_group_kernel carries, and its parameters (over 4 KiB: a
+//! __grid_constant__ parameter of up to 32764 bytes, CUDA 12.1+ on sm_70+).
+template <class T, class Op>
+inline constexpr int group_kernel_calls = lane_group_capacity<T, Op, any_schedule>();
+template <class T, class Op>
+using group_kernel_params = lane_group_launch<T, Op, any_schedule, group_kernel_calls<T, Op>>;
+
+//! Several calls of one rank in one launch: block c runs channel c of each
+//! call in turn, a barrier of the rank's blocks between calls
+//! (run_lane_group). Grid: the most channels of any of its calls.
+template <class T, class Op>
+__global__ void __launch_bounds__(collective_block_threads, collective_min_blocks_per_sm)
+    collective_group_kernel(const __grid_constant__ group_kernel_params<T, Op> params) {
+    static_assert(sizeof(group_kernel_params<T, Op>) <= 32764, "chorus: group launch parameters over 32764 bytes");
+    __shared__ lane_shared<T> sh;
+    const block_lanes lanes{};
+    (void)run_lane_group(lanes, params, static_cast<int>(blockIdx.x), sh);
 }
 
 //! The "v" collectives' counts on their way to a rank's device counts
