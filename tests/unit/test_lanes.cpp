@@ -27,7 +27,12 @@
 // tunings, the counts read from a per-rank copy as on the device (the
 // caller's array overwritten before the lanes start), in sequence with
 // other collectives on one world, and counts that differ between ranks
-// (checked mode: mismatch); and split's grouping (core/split_plan.hpp).
+// (checked mode: mismatch); split's grouping (core/split_plan.hpp); and group
+// launch (exec/lane_group.hpp: several calls of a rank in one launch, a
+// barrier of its lane groups between calls): mixed collectives, sizes,
+// policies, channel counts and LL calls on 2-8 ranks, exact and leaving the
+// counters as separate calls do; groups that differ between ranks (mismatch,
+// a missing call: reported, not hung); abort stopping a group.
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
