@@ -32,7 +32,8 @@
 // barrier of its lane groups between calls): mixed collectives, sizes,
 // policies, channel counts and LL calls on 2-8 ranks, exact and leaving the
 // counters as separate calls do; groups that differ between ranks (mismatch,
-// a missing call: reported, not hung); abort stopping a group.
+// a missing call: reported, not hung); a lane group that never arrives at the
+// barrier (timeout recorded, not hung); abort stopping a group.
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
@@ -985,7 +986,7 @@ int wrong_elements(const group_call& g, int n) {
 TEST_CASE("lane executor: a group launch runs several calls of a rank in order, exactly as separate calls") {
     // Calls of several collectives, sizes, policies and channel counts (4,
     // 2 and 1 channel: lane groups skip the channels a call lacks) in one
-    // launch per rank, twice in a row (the barrier's generation continues),
+    // launch per rank, three times in a row (the barrier's generation continues),
     // then a call of its own on the same world (the per-channel counters
     // were kept equal); the LL protocol's calls among them. Integer-valued
     // floats: the results are exact, so equal to separate calls'.
@@ -1017,8 +1018,15 @@ TEST_CASE("lane executor: a group launch runs several calls of a rank in order, 
         add(direct_2ch, collective::broadcast, 40, false);
         add(ring_1ch, collective::reduce, 129, false);
         add(ring_4ch, collective::all_gather, 3, true);
-        // First launch: calls 0-6; second: 7-11.
-        for (const auto& [first, count] : {std::pair<std::size_t, std::size_t>{0, 7}, {7, 5}}) {
+        // LL calls back to back (both slot parities, the reuse guard inside one launch).
+        add(ll_p, collective::all_reduce, 7, true);
+        add(ll_p, collective::reduce_scatter, 3, false);
+        add(ll_p, collective::all_gather, 6, false);
+        add(ll_p, collective::broadcast, 9, false);
+        add(ll_p, collective::all_reduce, 100, false);
+        // First launch: calls 0-6; second: 7-11; third: 12-16.
+        for (const auto& [first, count] :
+             {std::pair<std::size_t, std::size_t>{0, 7}, {7, 5}, {12, 5}}) {
             std::vector<group_launch> G;
             for (int r = 0; r < n; ++r) G.push_back(make_group(w, calls, first, count, r, 20000));
             const auto st = run_group_lanes(G, 2);
@@ -1087,6 +1095,40 @@ TEST_CASE("lane executor: groups that differ between ranks are reported, abort s
         CHECK(w.abort != 0);
         CHECK((w.faults[0].code == int(status::timeout) || w.faults[1].code == int(status::timeout)));
         CHECK(wrong_elements(calls[0], n) == 0);
+    }
+    // A lane group of the launch that never runs (a block that never
+    // started): the others wait for it at the barrier only until the
+    // previous call's timeout, record it (the rank itself, the next call)
+    // and stop; the call before the barrier is complete, the next never runs.
+    {
+        const int n = 1;
+        lane_world_host w(n);
+        std::vector<group_call> calls;
+        calls.push_back(make_group_call(d, collective::all_reduce, 20, false, n));
+        calls.push_back(make_group_call(d, collective::all_reduce, 20, false, n));
+        group_launch G = make_group(w, calls, 0, 2, 0, 200);
+        G.blocks = 2; // lane group 1 never starts
+        chorus_test::lane_group<float> g;
+        g.bar = std::make_unique<std::barrier<>>(2);
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::thread> threads;
+        for (int l = 0; l < 2; ++l)
+            threads.emplace_back([&G, &g, l] {
+                const host_lanes hl{l, 2, g.bar.get(), g.box};
+                const status st = detail::run_lane_group(hl, G, 0, g.sh);
+                if (l == 0) g.st = st;
+            });
+        for (auto& t : threads) t.join();
+        CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+        CHECK(g.st == status::timeout);
+        CHECK(w.faults[0].code == int(status::timeout));
+        CHECK(w.faults[0].peer == 0);
+        CHECK(w.faults[0].unit == 1);
+        CHECK(w.abort != 0);
+        CHECK(wrong_elements(calls[0], n) == 0);
+        int touched = 0;
+        for (std::uint64_t i = 0; i < calls[1].out_len; ++i) touched += calls[1].out[0][i] != 0.f;
+        CHECK(touched == 0);
     }
     // Abort while a group waits (a rank never starts, long timeout): every
     // rank's group stops at once; the calls after the failed one never run

@@ -106,7 +106,8 @@ CHORUS_HD status group_barrier(const Lanes& lanes, const lane_world& w, int rank
 //! Lane group `c` of one rank's group launch: channel c of every call in
 //! order, a barrier of the rank's groups between calls. Returns the first
 //! failure of this group (its calls record theirs as run_lane_channel
-//! does; a barrier that times out records status::timeout with peer -1).
+//! does; a barrier that times out records status::timeout naming the rank
+//! itself as the peer and the call it was about to start as the unit).
 CHORUS_HD_TEMPLATE
 template <class T, class Op, class Schedule, int K, class Lanes>
 CHORUS_HD status run_lane_group(const Lanes& lanes, const lane_group_launch<T, Op, Schedule, K>& G, int c,
@@ -121,6 +122,7 @@ CHORUS_HD status run_lane_group(const Lanes& lanes, const lane_group_launch<T, O
             const status b = group_barrier(lanes, L.world, L.rank, G.blocks, deadline);
             if (b == status::timeout && lanes.id() == 0) {
                 lane_fault f{};
+                f.peer = L.rank; // its own lane groups kept it waiting
                 f.channel = c;
                 f.unit = std::uint64_t(k);
                 record_lane_fault(L.world, L.rank, f, b);
