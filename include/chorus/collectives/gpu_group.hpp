@@ -23,6 +23,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <exception>
 #include <string>
 
