@@ -108,13 +108,22 @@ CHORUS_HD status group_barrier(const Lanes& lanes, const lane_world& w, int rank
 //! failure of this group (its calls record theirs as run_lane_channel
 //! does; a barrier that times out records status::timeout naming the rank
 //! itself as the peer and the call it was about to start as the unit).
+//! Where a lane group reads call k's descriptor from: the launch itself
+//! (the CPU lanes), or a copy the GPU kernel makes in shared memory.
+struct group_call_in_place {
+    template <class Lanes, class G>
+    CHORUS_HD const auto& operator()(const Lanes&, const G& g, int k) const {
+        return g.calls[k];
+    }
+};
+
 CHORUS_HD_TEMPLATE
-template <class T, class Op, class Schedule, int K, class Lanes>
+template <class T, class Op, class Schedule, int K, class Lanes, class Select = group_call_in_place>
 CHORUS_HD status run_lane_group(const Lanes& lanes, const lane_group_launch<T, Op, Schedule, K>& G, int c,
-                                lane_shared<T>& sh) {
+                                lane_shared<T>& sh, Select select = {}) {
     status first = status::ok;
     for (int k = 0; k < G.ncalls; ++k) {
-        const lane_launch<T, Op, Schedule>& L = G.calls[k];
+        const lane_launch<T, Op, Schedule>& L = select(lanes, G, k);
         if (k > 0) {
             const lane_launch<T, Op, Schedule>& prev = G.calls[k - 1];
             const std::uint64_t deadline =

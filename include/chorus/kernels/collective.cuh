@@ -8,6 +8,7 @@
 //! (collective_group_kernel).
 
 #include <cstdint>
+#include <type_traits>
 
 #include "../algo/any_schedule.hpp"
 #include "../exec/lane_channel.hpp"
@@ -43,13 +44,29 @@ using group_kernel_params = lane_group_launch<T, Op, any_schedule, group_kernel_
 //! Several calls of one rank in one launch: block c runs channel c of each
 //! call in turn, a barrier of the rank's blocks between calls
 //! (run_lane_group). Grid: the most channels of any of its calls.
+//! Call k's descriptor copied into shared memory by the block's threads.
+struct group_call_in_shared {
+    unsigned long long* slot;
+    template <class G>
+    __device__ const auto& operator()(const block_lanes& lanes, const G& g, int k) const {
+        using L = std::remove_cvref_t<decltype(g.calls[0])>;
+        static_assert(sizeof(L) % 8 == 0 && alignof(L) <= 16, "chorus: a launch descriptor is copied in 8-byte words");
+        __syncthreads(); // every thread is done with the previous call's copy
+        const auto* src = reinterpret_cast<const unsigned long long*>(&g.calls[k]);
+        for (int i = lanes.id(); i < int(sizeof(L) / 8); i += lanes.count()) slot[i] = src[i];
+        __syncthreads();
+        return *reinterpret_cast<const L*>(slot);
+    }
+};
+
 template <class T, class Op>
 __global__ void __launch_bounds__(collective_block_threads, collective_min_blocks_per_sm)
     collective_group_kernel(const __grid_constant__ group_kernel_params<T, Op> params) {
     static_assert(sizeof(group_kernel_params<T, Op>) <= 32764, "chorus: group launch parameters over 32764 bytes");
     __shared__ lane_shared<T> sh;
+    __shared__ alignas(16) unsigned long long slot[sizeof(lane_launch<T, Op, any_schedule>) / 8];
     const block_lanes lanes{};
-    (void)run_lane_group(lanes, params, static_cast<int>(blockIdx.x), sh);
+    (void)run_lane_group(lanes, params, static_cast<int>(blockIdx.x), sh, group_call_in_shared{slot});
 }
 
 //! The "v" collectives' counts on their way to a rank's device counts
