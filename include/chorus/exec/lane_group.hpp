@@ -24,8 +24,9 @@
 //! every other wait: bounded by the previous call's timeout, stopped by the
 //! abort word.
 //!
-//! Shared by the GPU kernel (kernels/collective.cuh, collective_group_kernel)
-//! and the CPU lane tests (tests/unit/test_lanes.cpp).
+//! Shared by the GPU kernel (kernels/collective.cuh, collective_group_kernel:
+//! its blocks run each call from a copy of its descriptor in shared memory)
+//! and the CPU lane tests (tests/unit/test_lanes.cpp: the descriptor in place).
 
 #include <cstdint>
 
