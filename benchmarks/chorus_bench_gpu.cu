@@ -295,7 +295,8 @@ std::span<const chorus_cli::option> option_table() {
         {"nccl", 0, "0|1", "NCCL's time per row in the same run, where it runs: one rank per device, more than "
                            "one device, a build that found NCCL (default 1)"},
         {"group", 0, "N", "instead of the tables: N AllReduces of each size per rank (one buffer each), timed "
-                          "one by one (N launches) and in a chorus::gpu::group (one launch per 16 calls)"},
+                          "one by one (N launches) and in a chorus::gpu::group (one launch per 16 calls); "
+                          "--collectives, -c and --csv do not apply"},
         {"help", 'h', {}, "this text"},
     });
     return table;
