@@ -573,7 +573,11 @@ public:
         std::optional<error> refused;
         try {
             check_range(p, bytes, what);
-            cfg_.memory.export_range(p, std::size_t(bytes), f.name, f.alloc_base, f.alloc_bytes);
+            try {
+                cfg_.memory.export_range(p, std::size_t(bytes), f.name, f.alloc_base, f.alloc_bytes);
+            } catch (const error& e) {
+                throw error(e.code(), what + ": " + e.what());
+            }
             if (!(f.alloc_base <= f.base && f.base - f.alloc_base <= f.alloc_bytes &&
                   bytes <= f.alloc_bytes - (f.base - f.alloc_base)))
                 throw error(errc::internal, "the provider's export_range gave an allocation that does not hold " +
