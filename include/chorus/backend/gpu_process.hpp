@@ -13,6 +13,10 @@
 //!     cudaIpcMemLazyEnablePeerAccess). Each holds the rank's
 //!     lane_rank_area, its scratch (schedule scratch and staged copies)
 //!     and its registered area (gpu::communicator::alloc);
+//!   - user buffers registered later (gpu::communicator::register_buffer,
+//!     lane_process_world::register_range): the cudaMalloc allocation
+//!     holding each is exported the same way (export_range) and opened
+//!     by every peer, one peer-map range per registration;
 //!   - the node page (abort word, dead rank, process ids, failure records)
 //!     in POSIX shared memory, registered with cudaHostRegister(...,
 //!     cudaHostRegisterMapped | cudaHostRegisterPortable): kernels poll the
