@@ -63,7 +63,9 @@
 //! gpu::make_communicator(MPI_COMM_WORLD, device) on device 0 (or rank %
 //! devices with --process-devices spread). --buffers registered (default):
 //! operands from comm.alloc (the registered area peers map: zero-copy);
-//! staged: plain cudaMalloc operands, staged through the shared scratch.
+//! staged: plain cudaMalloc operands, staged through the shared scratch;
+//! user: cudaMalloc operands registered once with comm.register_buffer
+//! (peers map them: zero-copy), deregistered before they are freed.
 //! The same tables, checks and CSV; timing: MPI_Barrier, then the calls
 //! (eager by default, -G 0: whether graph capture works with the process
 //! backend is unknown; -G N asks for graphs), then the stream synchronised;
@@ -149,12 +151,16 @@ constexpr type_kind all_types[] = {type_kind::float32, type_kind::bf16};
 //! Where a rank's operands live: device (virtual ranks / one rank per
 //! device: cudaMalloc, read by peers directly), registered (--processes:
 //! comm.alloc, mapped by every peer process: zero-copy), staged
-//! (--processes: cudaMalloc, staged through the shared scratch). CSV column 24.
-enum class buffer_kind { device, registered, staged };
+//! (--processes: cudaMalloc, staged through the shared scratch), user
+//! (--processes: cudaMalloc, comm.register_buffer: zero-copy). CSV column 24.
+enum class buffer_kind { device, registered, staged, user };
 constexpr const char* buffer_name(buffer_kind b) {
-    return b == buffer_kind::device ? "device" : b == buffer_kind::registered ? "registered" : "staged";
+    return b == buffer_kind::device       ? "device"
+           : b == buffer_kind::registered ? "registered"
+           : b == buffer_kind::staged     ? "staged"
+                                          : "user";
 }
-constexpr buffer_kind process_buffers[] = {buffer_kind::registered, buffer_kind::staged};
+constexpr buffer_kind process_buffers[] = {buffer_kind::registered, buffer_kind::staged, buffer_kind::user};
 
 //! --algo takes the policies by name (chorus::policy_names, in that order
 //! for "all"); automatic chooses its algorithms with their default
@@ -256,8 +262,8 @@ const chorus_cli::nccl_rows sweep_table(
                             "concurrently)"},
         {"average", "no per-rank times: one host clock around every rank's launches and stream syncs"},
         {"output_file", "JSON rows of the tables (chorus's layout, the same fields as --csv)"},
-        {"local_register", "no-op: chorus's GPU backend needs no registration (make_communicators allocates its "
-                               "scratch)"},
+        {"local_register", "no-op: make_communicators needs no registration (it allocates its scratch); with "
+                               "--processes, --buffers user registers cudaMalloc buffers (comm.register_buffer)"},
         {"cta_policy", "ignored: --channels sets chorus's blocks per rank"},
         {"device_implementation", "ignored: an NCCL setting"},
         {"device_cta_count", "ignored: --channels sets chorus's blocks per rank"},
@@ -282,8 +288,9 @@ std::span<const chorus_cli::option> option_table() {
                              "gpu::make_communicator(MPI_COMM_WORLD); eager launches unless -G is given"},
         {"process-devices", 0, "WHICH", "with --processes: one (default: every process on device 0) or spread "
                                         "(process r on device r % devices)"},
-        {"buffers", 0, "LIST", "with --processes: registered (default: comm.alloc, zero-copy) and/or staged "
-                               "(cudaMalloc, staged through the scratch)"},
+        {"buffers", 0, "LIST", "with --processes: registered (default: comm.alloc, zero-copy), staged "
+                               "(cudaMalloc, staged through the scratch) and/or user (cudaMalloc, "
+                               "comm.register_buffer: zero-copy)"},
         {"algo", 0, "LIST", algo_help},
         {"channels", 0, "LIST", "channels (thread blocks of 512 threads per rank), each 1..32 (default 8)"},
         {"chunk", 0, "LIST", "chunk_bytes, each at least 16; suffixes K M G (default 256K)"},
@@ -494,6 +501,9 @@ struct rank_state {
     void* plain_out = nullptr;
     void* reg_in = nullptr;   //!< comm.alloc'd (buffer_kind registered); go with the communicator
     void* reg_out = nullptr;
+    void* user_in = nullptr;  //!< cudaMalloc'd and registered (buffer_kind user); freed by release()
+    void* user_out = nullptr;
+    chorus::gpu::buffer_handle user_in_h, user_out_h; //!< their registrations (deregistered by release())
     unsigned long long* wrong = nullptr;
 };
 
@@ -1601,14 +1611,23 @@ int run(bench& B) {
             rs.reg_in = B.comms[0].alloc<float>(floats).data();
             rs.reg_out = B.comms[0].alloc<float>(floats).data();
         }
+        // --buffers user: cudaMalloc'd in and out, registered (collective: every process).
+        if (wants(buffer_kind::user)) {
+            cuda_ok(cudaMalloc(&rs.user_in, bytes), "cudaMalloc (user in)");
+            cuda_ok(cudaMalloc(&rs.user_out, bytes), "cudaMalloc (user out)");
+            cuda_ok(cudaMemset(rs.user_in, 0, bytes), "cudaMemset");
+            cuda_ok(cudaMemset(rs.user_out, 0, bytes), "cudaMemset");
+            rs.user_in_h = B.comms[0].register_buffer(std::span<std::byte>(static_cast<std::byte*>(rs.user_in), bytes));
+            rs.user_out_h = B.comms[0].register_buffer(std::span<std::byte>(static_cast<std::byte*>(rs.user_out), bytes));
+        }
 #endif
     } else {
         B.comms = chorus::gpu::make_communicators(B.devices, gopt);
     }
     for (auto& c : B.comms) c.set_timeout(std::chrono::milliseconds(o.timeout_ms));
     for (auto& rs : B.ranks) { // the copy below uses the first kind's buffers
-        rs.in = rs.plain_in ? rs.plain_in : rs.reg_in;
-        rs.out = rs.plain_out ? rs.plain_out : rs.reg_out;
+        rs.in = rs.plain_in ? rs.plain_in : rs.reg_in ? rs.reg_in : rs.user_in;
+        rs.out = rs.plain_out ? rs.plain_out : rs.reg_out ? rs.reg_out : rs.user_out;
     }
 
     // Copy ceiling: the largest size, on every device used, measured by its
@@ -1652,7 +1671,8 @@ int run(bench& B) {
         const char* mps = std::getenv("CUDA_MPS_PIPE_DIRECTORY");
         std::printf("# processes %d, devices %s; buffers:", n, o.spread_devices ? "rank % devices" : "all on device 0");
         for (buffer_kind k : o.buffers) std::printf(" %s", buffer_name(k));
-        std::printf(" (registered: comm.alloc, zero-copy; staged: cudaMalloc, staged through the scratch); "
+        std::printf(" (registered: comm.alloc, zero-copy; staged: cudaMalloc, staged through the scratch; user: "
+                    "cudaMalloc + comm.register_buffer, zero-copy); "
                     "CUDA_MPS_PIPE_DIRECTORY=%s\n",
                     mps ? mps : "(unset: processes sharing a device are time-sliced unless an MPS daemon serves them)");
     }
@@ -1748,8 +1768,8 @@ int run(bench& B) {
         for (const buffer_kind bk : o.buffers) { // --processes --buffers registered,staged: each table set
             B.buffers = bk;
             for (auto& rs : B.ranks) {
-                rs.in = bk == buffer_kind::registered ? rs.reg_in : rs.plain_in;
-                rs.out = bk == buffer_kind::registered ? rs.reg_out : rs.plain_out;
+                rs.in = bk == buffer_kind::registered ? rs.reg_in : bk == buffer_kind::user ? rs.user_in : rs.plain_in;
+                rs.out = bk == buffer_kind::registered ? rs.reg_out : bk == buffer_kind::user ? rs.user_out : rs.plain_out;
             }
         if (o.group > 0) { // --group N: AllReduce only, grouped vs separate
             for (const std::string& a : o.algos)
@@ -1810,12 +1830,24 @@ void release(bench& B) {
         if (rs.stream) (void)cudaStreamSynchronize(rs.stream);
     }
     release_nccl(B);
+    // --buffers user: deregistered (collective) before the communicator goes and they are freed.
+    for (auto& rs : B.ranks)
+        if (!B.comms.empty() && (rs.user_in_h || rs.user_out_h)) {
+            try {
+                if (rs.user_in_h) B.comms[0].deregister_buffer(rs.user_in_h);
+                if (rs.user_out_h) B.comms[0].deregister_buffer(rs.user_out_h);
+            } catch (const chorus::error& e) {
+                std::fprintf(stderr, "chorus_bench_gpu: deregister_buffer: %s\n", e.what());
+            }
+        }
     B.comms.clear(); // --processes: waits for the peer processes to destroy theirs; takes reg_in/reg_out along
     for (auto& rs : B.ranks) {
         (void)cudaSetDevice(rs.dev);
         if (rs.stream) (void)cudaStreamDestroy(rs.stream);
         if (rs.plain_in) (void)cudaFree(rs.plain_in);
         if (rs.plain_out) (void)cudaFree(rs.plain_out);
+        if (rs.user_in) (void)cudaFree(rs.user_in);
+        if (rs.user_out) (void)cudaFree(rs.user_out);
         if (rs.wrong) (void)cudaFree(rs.wrong);
     }
     B.ranks.clear();

@@ -15,6 +15,13 @@
 //     refused by name, split refused by name (not available here);
 //   - bad arguments named (`rank`, `nranks`, `device`), comm.alloc's
 //     errors and reuse after free;
+//   - register_buffer of cudaMalloc buffers (one at an allocation's
+//     middle): AllReduce (also in place), AllGather, ReduceScatter and
+//     all_to_all (never staged) on them, exact; after deregister_buffer
+//     all_to_all is refused again; misuse (empty, host memory, comm.alloc
+//     memory, past the allocation, a stale handle, one rank's refusal
+//     named on its peers, the 14-registration limit, twice over time,
+//     a make_communicators communicator);
 //   - a mismatch (rank 0 passes another count): every rank fails, at
 //     least one with errc::mismatch, none hangs;
 //   - a process killed while the others are inside a collective: rank 0
@@ -371,6 +378,108 @@ void exchange(chorus::gpu::communicator& comm, buffers& b, cudaStream_t st) {
                  [&] { (void)comm.split(0, r); });
 }
 
+// --- register_buffer: cudaMalloc memory every peer maps ---------------------
+
+// Collectives on registered cudaMalloc buffers run zero-copy (all_to_all,
+// which is never staged, runs on them, and stops running once they are
+// deregistered); the misuse errors, named on every rank.
+void registration(chorus::gpu::communicator& comm, cudaStream_t st) {
+    const int n = comm.size(), r = comm.rank();
+    const std::size_t nn = std::size_t(n), ru = std::size_t(r);
+    const std::uint64_t elems = max_count * std::uint64_t(n) + 8;
+    // `in` is the second half of one allocation (not its start), `out` one of its own.
+    float* in_alloc = nullptr;
+    float* out = nullptr;
+    cuda_ok(cudaMalloc(&in_alloc, 2 * elems * sizeof(float)), "cudaMalloc");
+    cuda_ok(cudaMalloc(&out, elems * sizeof(float)), "cudaMalloc");
+    float* in = in_alloc + elems;
+    chorus::gpu::buffer_handle h_in, h_out;
+    try {
+        h_in = comm.register_buffer(std::span<float>(in, elems));
+        h_out = comm.register_buffer(std::span<float>(out, elems));
+        if (!h_in || h_out.id != h_in.id + 1) fail("register_buffer: handles not consecutive");
+    } catch (const chorus::error& e) {
+        fail(std::string("register_buffer: ") + e.what());
+        cudaFree(in_alloc);
+        cudaFree(out);
+        return;
+    }
+    buffers b;
+    b.reg_in = std::span<float>(in, elems);
+    b.reg_out = std::span<float>(out, elems);
+    b.elems = elems;
+    using chorus::collective;
+    for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter}) {
+        run_call<chorus::ring<>>(comm, b, "ring<> (register_buffer)", coll, max_count, mem::registered, false, st, false);
+        run_call<chorus::direct<>>(comm, b, "direct<> (register_buffer)", coll, 13, mem::registered, false, st, true);
+    }
+    run_call<chorus::automatic>(comm, b, "automatic (register_buffer)", collective::all_reduce, max_count,
+                                mem::registered, true, st, false);
+    const std::size_t c = 101;
+    auto all_to_all = [&] {
+        chorus::all_to_all<chorus::direct<>>(comm, std::span<const float>(in, c * nn), std::span<float>(out, c * nn), st);
+        cuda_ok(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+        comm.check();
+    };
+    try {
+        std::vector<float> h(c * nn);
+        for (std::size_t i = 0; i < h.size(); ++i) h[i] = value_of(r, i);
+        cuda_ok(cudaMemcpy(in, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice), "cudaMemcpy");
+        all_to_all();
+        cuda_ok(cudaMemcpy(h.data(), out, h.size() * sizeof(float), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        std::uint64_t wrong = 0;
+        for (std::size_t i = 0; i < h.size(); ++i) wrong += h[i] != value_of(int(i / c), ru * c + i % c);
+        if (wrong) fail("all_to_all on registered buffers: " + std::to_string(wrong) + " wrong elements");
+    } catch (const chorus::error& e) {
+        fail(std::string("all_to_all on registered buffers: ") + e.what());
+    }
+    try {
+        comm.deregister_buffer(h_in);
+        comm.deregister_buffer(h_out);
+    } catch (const chorus::error& e) {
+        fail(std::string("deregister_buffer: ") + e.what());
+    }
+    expect_error("all_to_all after deregistration", chorus::errc::invalid_argument, "comm.register_buffer", all_to_all);
+
+    // Misuse: every rank refuses its own arguments (each names them).
+    expect_error("register_buffer of nothing", chorus::errc::invalid_argument, "`buf` is empty",
+                 [&] { (void)comm.register_buffer(std::span<float>(in, 0)); });
+    std::vector<float> host(16);
+    expect_error("register_buffer of host memory", chorus::errc::invalid_argument, "host memory",
+                 [&] { (void)comm.register_buffer(std::span<float>(host)); });
+    expect_error("deregister_buffer of a stale handle", chorus::errc::invalid_argument, "`handle`",
+                 [&] { comm.deregister_buffer(h_in); });
+    {
+        auto a = comm.alloc<float>(64);
+        expect_error("register_buffer of comm.alloc memory", chorus::errc::invalid_argument, "shared segment",
+                     [&] { (void)comm.register_buffer(a); });
+        comm.free(a);
+    }
+    // One rank's refusal: the others name it. (8 MiB past the end: past
+    // whatever the driver rounds the allocation up to.)
+    if (r == 0)
+        expect_error("register_buffer past its allocation", chorus::errc::invalid_argument, "runs past the end",
+                     [&] { (void)comm.register_buffer(std::span<float>(in, elems + (std::size_t(8) << 20) / 4)); });
+    else
+        expect_error("a peer's refusal", chorus::errc::peer_failed, "rank 0 refused",
+                     [&] { (void)comm.register_buffer(std::span<float>(in, 16)); });
+    // The limit: 14 registrations live (slices of one allocation), then
+    // more over time.
+    try {
+        for (int round = 0; round < 2; ++round) {
+            std::vector<chorus::gpu::buffer_handle> hs;
+            for (int i = 0; i < 14; ++i) hs.push_back(comm.register_buffer(std::span<float>(in_alloc + i * 64, 64)));
+            expect_error("the 15th registration", chorus::errc::invalid_argument, "max_lane_registrations",
+                         [&] { (void)comm.register_buffer(std::span<float>(in_alloc + 20 * 64, 64)); });
+            for (auto h : hs) comm.deregister_buffer(h);
+        }
+    } catch (const chorus::error& e) {
+        fail(std::string("registration limit: ") + e.what());
+    }
+    cudaFree(in_alloc);
+    cudaFree(out);
+}
+
 // --- emulated nodes: GPU ranks across nodes ----------------------------------
 
 // With an even process count >= 4: two emulated nodes of size / 2 ranks
@@ -618,6 +727,18 @@ int main(int argc, char** argv) {
             fail(std::string("send/recv: ") + e.what());
         }
         free_buffers(comm, b);
+        registration(comm, st);
+    }
+    // make_communicators reaches every buffer: it registers nothing.
+    {
+        auto comms = chorus::gpu::make_communicators({0});
+        float* d = nullptr;
+        cuda_ok(cudaMalloc(&d, 64 * sizeof(float)), "cudaMalloc");
+        expect_error("register_buffer on make_communicators", chorus::errc::invalid_argument, "make_communicators",
+                     [&] { (void)comms[0].register_buffer(std::span<float>(d, 64)); });
+        expect_error("deregister_buffer on make_communicators", chorus::errc::invalid_argument, "make_communicators",
+                     [&] { comms[0].deregister_buffer(chorus::gpu::buffer_handle{1}); });
+        cudaFree(d);
     }
     // A communicator made from a unique_id (rank 0's, handed out by MPI).
     chorus::unique_id id;

@@ -13,7 +13,14 @@
 // private (malloc'd) buffers staged through the shared scratch, and mixed;
 // a rank passing a private buffer unstaged (every rank fails, naming it;
 // no crash); a rank SIGKILLed mid-collective (every other rank reports
-// peer_failed naming it within the timeout + 1 s). Nothing is left in
+// peer_failed naming it within the timeout + 1 s); register_range of
+// memory the world did not create (shared memory segments each rank makes
+// itself, exported by a test provider): peers' maps translate it,
+// collectives on it run zero-copy with exact results, deregistration,
+// the registration limit and more registrations than it over time, each
+// misuse (null, empty, overlapping, unexportable, stale handle, calls that
+// differ between ranks, a rank that never calls, a dead rank) named on
+// every rank. Nothing is left in
 // /dev/shm. Children report through a pipe and their exit code; the
 // assertions run in the supervisor.
 #include <doctest/doctest.h>
@@ -961,6 +968,296 @@ TEST_CASE("lane_process_world over a caller's lane_bootstrap: two exchanges and 
             while (!w.peers_left() && std::chrono::steady_clock::now() < until)
                 std::this_thread::sleep_for(std::chrono::milliseconds(1));
             if (!w.peers_left()) say(fd, "FAIL peers_left() still false after 10 s");
+            say(fd, "done");
+            return 0;
+        });
+        check_children(kids);
+    }
+}
+
+// --- registration of memory the world did not create (register_range) -------
+
+namespace {
+
+// "Arbitrary memory": POSIX shared memory segments a rank creates outside
+// its world (as a CUDA user cudaMallocs a buffer). The test provider's
+// export_range finds the segment that holds a range.
+struct user_segment {
+    std::string name;
+    detail::shm_segment* seg;
+};
+std::vector<user_segment> g_user_segments;
+
+std::byte* user_alloc(std::size_t bytes) {
+    std::string name;
+    auto* s = new detail::shm_segment(detail::shm_segment::create_unique(name, bytes, "the test's user buffers"));
+    g_user_segments.push_back({name, s});
+    return s->data();
+}
+// Unlinks and unmaps every user segment (after a deregistration: every
+// peer opened whatever it registered).
+void user_free_all() {
+    for (user_segment& u : g_user_segments) {
+        detail::shm_segment::unlink(u.name);
+        delete u.seg;
+    }
+    g_user_segments.clear();
+}
+
+detail::lane_memory_provider exporting_provider() {
+    detail::lane_memory_provider p = detail::posix_shm_provider();
+    p.export_range = [](const void* ptr, std::size_t bytes, detail::lane_segment_name& name, std::uint64_t& base,
+                        std::uint64_t& alloc_bytes) {
+        const auto* a = static_cast<const std::byte*>(ptr);
+        for (const user_segment& u : g_user_segments) {
+            const std::byte* b = u.seg->data();
+            if (a >= b && a + bytes <= b + u.seg->bytes()) {
+                std::snprintf(name.text, sizeof name.text, "%s", u.name.c_str());
+                base = reinterpret_cast<std::uint64_t>(b);
+                alloc_bytes = u.seg->bytes();
+                return;
+            }
+        }
+        throw error(errc::invalid_argument, "the range is not in a segment the test shared");
+    };
+    return p;
+}
+
+// Runs f, which must throw `code` with `text` in its message; else says FAIL.
+template <class F>
+bool expect_error(int fd, const char* label, errc code, const std::string& text, F&& f) {
+    try {
+        f();
+        say(fd, std::string("FAIL ") + label + ": no error");
+        return false;
+    } catch (const error& e) {
+        if (e.code() == code && contains(e.what(), text)) return true;
+        say(fd, std::string("FAIL ") + label + ": got (" + to_string(e.code()) + ") " + e.what());
+        return false;
+    }
+}
+
+int registration_child(int rank, int n, const unique_id& id, int fd) {
+    shift_mappings(rank);
+    detail::lane_process_config cfg = test_config(n);
+    cfg.registered_bytes = 0; // nothing from allocate_registered: every zero-copy call uses registrations
+    cfg.memory = exporting_provider();
+    detail::lane_process_world w(id, rank, n, cfg);
+    int bad = 0;
+    auto fail = [&](const std::string& s) {
+        say(fd, "FAIL " + s);
+        ++bad;
+    };
+    // The call buffers: `in` inside a larger segment (not its start), `out`
+    // a segment of its own; each range ends in a marker float peers read.
+    const std::uint64_t elems = max_count * std::uint64_t(n) + 8;
+    const std::size_t range = std::size_t(elems + 1) * sizeof(float);
+    std::byte* in_seg = user_alloc(range + 4096);
+    auto* in = reinterpret_cast<float*>(in_seg + 1024);
+    auto* out = reinterpret_cast<float*>(user_alloc(range));
+    in[elems] = float(1000 + rank);
+    out[elems] = float(2000 + rank);
+    if (w.reachable(in, 4)) fail("`in` reachable before it is registered");
+    const std::uint64_t h_in = w.register_range(in, range, "`in`");
+    const std::uint64_t h_out = w.register_range(out, range, "`out`");
+    if (h_in != 1 || h_out != 2) fail("handles " + std::to_string(h_in) + ", " + std::to_string(h_out));
+    if (!w.reachable(in, range) || !w.reachable(out + 5, 16) || w.reachable(in, range + 1) || w.registrations() != 2)
+        fail("reachable() does not follow the registrations");
+    std::vector<std::uint64_t> peer_in(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) {
+        if (q == rank) continue;
+        const detail::lane_peer_map& m = w.maps()[std::size_t(q)];
+        peer_in[std::size_t(q)] = m.ranges[2].their_base;
+        const auto* pin = reinterpret_cast<const float*>(m.translate(reinterpret_cast<const void*>(m.ranges[2].their_base), range));
+        const auto* pout = reinterpret_cast<const float*>(m.translate(reinterpret_cast<const void*>(m.ranges[3].their_base), range));
+        if (m.count != 4 || pin == nullptr || pout == nullptr) {
+            fail("rank " + std::to_string(q) + "'s map has " + std::to_string(m.count) + " ranges");
+            continue;
+        }
+        if (m.ranges[2].their_base == m.ranges[2].my_base) fail("a peer's range at the same address here");
+        if (pin[elems] != float(1000 + q) || pout[elems] != float(2000 + q))
+            fail("rank " + std::to_string(q) + "'s markers read " + std::to_string(pin[elems]) + ", " +
+                 std::to_string(pout[elems]));
+        if (m.translate(reinterpret_cast<const void*>(m.ranges[2].their_base), range + 1) != nullptr)
+            fail("a peer's extent past its range translates");
+    }
+    // Zero-copy calls on the registered buffers (run_call's `registered`:
+    // nothing staged, the peers translate `in` and `out` through the maps).
+    rank_buffers b;
+    b.reg_in = in;
+    b.reg_out = out;
+    for (const named& p : {named{"ring<>", policy_of<ring<>>}, named{"direct<2ch,64B>", policy_of<direct<direct_params{2, 64}>>}})
+        for (collective coll : {collective::all_reduce, collective::all_gather, collective::reduce_scatter,
+                                collective::broadcast, collective::reduce})
+            for (std::uint64_t count : {std::uint64_t(13), max_count}) {
+                const std::string r = run_call(w, b, p, coll, count, mem::registered);
+                if (!r.empty()) {
+                    fail(std::string(p.name) + " " + collective_name(coll) + " count " + std::to_string(count) + ": " + r);
+                    if (contains(r, "ERR")) return 1;
+                }
+            }
+    w.deregister_range(h_in);
+    w.deregister_range(h_out, "`out`");
+    for (int q = 0; q < n; ++q)
+        if (q != rank && (w.maps()[std::size_t(q)].count != 2 ||
+                          w.maps()[std::size_t(q)].translate(reinterpret_cast<const void*>(peer_in[std::size_t(q)]), 4) != nullptr))
+            fail("a deregistered range is still in rank " + std::to_string(q) + "'s map");
+    if (w.reachable(in, 4) || w.registrations() != 0) fail("`in` reachable after deregistration");
+
+    // The limit, and more registrations than the limit over time.
+    std::byte* many = user_alloc(64 * 1024);
+    std::vector<std::uint64_t> hs; // handles count every call: 2 registrations and 2 deregistrations so far
+    for (int round = 0; round < 2; ++round) {
+        hs.clear();
+        for (int i = 0; i < detail::max_lane_registrations; ++i) hs.push_back(w.register_range(many + i * 256, 256));
+        for (int q = 0; q < n; ++q)
+            if (q != rank && w.maps()[std::size_t(q)].count != detail::max_lane_ranges) fail("a full map is not full");
+        if (!expect_error(fd, "the limit", errc::invalid_argument, "max_lane_registrations = 14", [&] {
+                (void)w.register_range(many + 20 * 256, 256, "`buf`");
+            }))
+            ++bad;
+        for (std::uint64_t h : hs) w.deregister_range(h);
+    }
+    if (hs.front() != 4 + 14 + 1 + 14 + 1) fail("the second round's first handle is " + std::to_string(hs.front()));
+
+    // A rank's refused arguments: it names them, its peers name it; nothing changes.
+    const std::uint64_t keep = w.register_range(many, 1024);
+    std::vector<float> priv(16);
+    struct bad_call {
+        const char* label;
+        int who;
+        const void* p;
+        std::uint64_t bytes;
+        const char* text;
+    };
+    const bad_call calls[] = {
+        {"null", 1, nullptr, 64, "`buf` is null"},
+        {"empty", 0, many + 4096, 0, "`buf` is empty"},
+        {"overlapping", 0, many + 512, 1024, "`buf` overlaps registration"},
+        {"own segment", n - 1, w.scratch(), 64, "`buf` overlaps this rank's shared segment"},
+        {"not exportable", 1, priv.data(), 64, "the range is not in a segment the test shared"},
+    };
+    for (const bad_call& c : calls) {
+        if (rank == c.who) {
+            if (!expect_error(fd, c.label, errc::invalid_argument, c.text,
+                              [&] { (void)w.register_range(c.p, c.bytes, "`buf`"); }))
+                ++bad;
+        } else if (!expect_error(fd, c.label, errc::peer_failed,
+                                 "rank " + std::to_string(c.who) + " refused its own arguments",
+                                 [&] { (void)w.register_range(many + 8192, 64, "`buf`"); })) {
+            ++bad;
+        }
+        if (w.registrations() != 1) fail(std::string(c.label) + ": registrations changed");
+    }
+    if (!expect_error(fd, "a stale handle", errc::invalid_argument, "`handle` (" + std::to_string(h_in) + ") is not a live",
+                      [&] { w.deregister_range(h_in); }))
+        ++bad;
+    // Calls that differ between ranks: errc::mismatch on every rank, nothing changes.
+    if (!expect_error(fd, "register against deregister", errc::mismatch, "where this rank called", [&] {
+            if (rank == 0) w.deregister_range(keep);
+            else (void)w.register_range(many + 8192, 64);
+        }))
+        ++bad;
+    const std::uint64_t other = w.register_range(many + 8192, 64);
+    if (!expect_error(fd, "other handles", errc::mismatch, "deregisters handle", [&] {
+            w.deregister_range(rank == 0 ? keep : other);
+        }))
+        ++bad;
+    if (w.registrations() != 2) fail("a mismatch changed the registrations");
+    w.deregister_range(other);
+    w.deregister_range(keep); // a barrier: every peer opened and closed everything
+    user_free_all();
+    say(fd, "done");
+    return bad == 0 ? 0 : 1;
+}
+
+} // namespace
+
+TEST_CASE("lane_process_world::register_range: user memory registered, zero-copy calls, limits and misuse") {
+    for (int n : {2, 3}) {
+        CAPTURE(n);
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto kids = fork_ranks(n, std::chrono::milliseconds(20000), [n](int rank, const unique_id& id, int fd) {
+            return registration_child(rank, n, id, fd);
+        });
+        check_children(kids);
+        MESSAGE("n = " << n << ": " << chorus_test::seconds_since(t0) << " s");
+    }
+}
+
+TEST_CASE("lane_process_world::register_range of one rank, and a provider without export_range") {
+    detail::lane_process_config cfg;
+    cfg.scratch_bytes = 4096;
+    {
+        detail::lane_process_world w(make_unique_id(), 0, 1, cfg); // posix_shm_provider: no export_range
+        std::vector<float> v(4);
+        try {
+            (void)w.register_range(v.data(), 16);
+            FAIL("no error");
+        } catch (const error& e) {
+            CHECK(e.code() == errc::invalid_argument);
+            CHECK(contains(e.what(), "register_range (registration call 1 of this world): `cfg.memory` has no export_range"));
+        }
+    }
+    cfg.memory = exporting_provider();
+    detail::lane_process_world w(make_unique_id(), 0, 1, cfg);
+    std::byte* p = user_alloc(4096);
+    const std::uint64_t h = w.register_range(p + 100, 1000);
+    CHECK(h == 1);
+    CHECK(w.reachable(p + 100, 1000));
+    CHECK_FALSE(w.reachable(p + 99, 2));
+    CHECK(w.world().maps == nullptr);
+    w.deregister_range(h);
+    CHECK_FALSE(w.reachable(p + 100, 1));
+    user_free_all();
+}
+
+TEST_CASE("lane_process_world::register_range: a rank that never calls times out its peers; a dead one fails them") {
+    SUBCASE("timeout: errc::timeout naming the missing rank, the world aborted") {
+        const auto kids = fork_ranks(2, std::chrono::milliseconds(15000), [](int rank, const unique_id& id, int fd) {
+            detail::lane_process_config cfg = test_config(2);
+            cfg.setup_timeout = std::chrono::milliseconds(1500);
+            cfg.memory = exporting_provider();
+            detail::lane_process_world w(id, rank, 2, cfg);
+            if (rank == 0) {
+                std::byte* p = user_alloc(4096);
+                const auto t0 = std::chrono::steady_clock::now();
+                if (!expect_error(fd, "timeout", errc::timeout, "rank(s) 1 did not make this call within 1500 ms",
+                                  [&] { (void)w.register_range(p, 64); }))
+                    return 1;
+                if (chorus_test::seconds_since(t0) > 5.0) say(fd, "FAIL the timeout took too long");
+                if (!w.aborted()) say(fd, "FAIL the world is not aborted");
+                user_free_all();
+            } else {
+                const auto t0 = std::chrono::steady_clock::now();
+                while (!w.aborted() && chorus_test::seconds_since(t0) < 10.0)
+                    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+                if (!w.aborted()) say(fd, "FAIL rank 0's timeout did not abort the world");
+                // Registering in a broken world fails at once.
+                if (!expect_error(fd, "after the abort", errc::aborted, "the world was aborted",
+                                  [&] { (void)w.register_range(nullptr, 1); }))
+                    return 1;
+            }
+            say(fd, "done");
+            return 0;
+        });
+        check_children(kids);
+    }
+    SUBCASE("dead peer: errc::peer_failed naming it") {
+        const int n = 3;
+        const auto kids = fork_ranks(n, std::chrono::milliseconds(15000), [](int rank, const unique_id& id, int fd) {
+            detail::lane_process_config cfg = test_config(n);
+            cfg.memory = exporting_provider();
+            detail::lane_process_world w(id, rank, n, cfg);
+            if (rank == 2) {
+                say(fd, "done");
+                ::_exit(0); // dies without leaving its world
+            }
+            std::byte* p = user_alloc(4096);
+            const bool ok = expect_error(fd, "dead peer", errc::peer_failed, "rank 2 (process",
+                                         [&] { (void)w.register_range(p, 64); });
+            user_free_all();
+            if (!ok) return 1;
             say(fd, "done");
             return 0;
         });

@@ -27,8 +27,9 @@
 //! world (backend/lane_process.hpp) whose rank segments are CUDA IPC
 //! memory and whose node page (abort word, failure records) is POSIX
 //! shared memory registered for the device. A kernel reaches its peers'
-//! buffers through lane_peer_map translation; a call whose buffers are not
-//! in this rank's registered area (comm.alloc) is staged: `in` copied into
+//! buffers through lane_peer_map translation; a call whose buffers are
+//! neither in this rank's registered area (comm.alloc) nor in one of its
+//! registrations (comm.register_buffer) is staged: `in` copied into
 //! the rank's shared scratch before the kernel, `out` copied back after
 //! it, on the call's stream (plan_staging).
 //!
@@ -79,6 +80,14 @@
 namespace chorus {
 
 namespace gpu {
+
+//! A registration of a user buffer (communicator::register_buffer): the
+//! same value on every rank; 0 is none.
+struct buffer_handle {
+    std::uint64_t id = 0;
+    explicit operator bool() const noexcept { return id != 0; }
+    friend bool operator==(buffer_handle, buffer_handle) = default;
+};
 
 } // namespace gpu
 namespace detail {
@@ -419,7 +428,7 @@ public:
                      "transport: one process per GPU: device %d; scratch %s and registered area %s per rank, "
                      "shared by CUDA IPC (peers' memory opened with cudaIpcOpenMemHandle, pointers translated); "
                      "abort word and failure records in host shared memory mapped for the device; buffers outside "
-                     "the registered area are staged through the scratch",
+                     "the registered area and register_buffer's registrations are staged through the scratch",
                      me, bytes_text(world_->scratch_bytes).text, bytes_text(world_->proc->registered_bytes()).text);
             return;
         }
@@ -525,6 +534,34 @@ public:
             throw error(e.code(), fn + ": " + e.what());
         }
     }
+    //! One process per GPU: registers [p, p + bytes) of the rank's device
+    //! memory (collective, blocking: see register_buffer), and its
+    //! deregistration. Both wait for the rank's device to finish all its
+    //! work first, and then copy the rank's new peer maps to the device.
+    std::uint64_t register_range(const void* p, std::uint64_t bytes, const std::string& fn) const {
+        require_process(fn);
+        device_guard guard(device());
+        cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before a registration)");
+        try {
+            const std::uint64_t h = world_->proc->register_range(p, bytes, "`buf`");
+            upload_maps();
+            return h;
+        } catch (const error& e) {
+            throw error(e.code(), fn + ": " + e.what());
+        }
+    }
+    void deregister_range(std::uint64_t handle, const std::string& fn) const {
+        require_process(fn);
+        device_guard guard(device());
+        cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (before a deregistration)");
+        try {
+            world_->proc->deregister_range(handle, "`handle`");
+            upload_maps();
+        } catch (const error& e) {
+            upload_maps_noexcept(); // the maps may have changed before a later wait failed
+            throw error(e.code(), fn + ": " + e.what());
+        }
+    }
     //! True for a communicator of make_communicator (one process per GPU).
     bool one_process_per_gpu() const noexcept { return world_->proc != nullptr; }
 
@@ -534,7 +571,8 @@ public:
     //! to or from `peer` on `stream` (null: the rank's own): one block of
     //! p2p_kernel. The pair's message numbers live in the rank areas (a
     //! graph replay is the next message). One process per GPU: a send
-    //! whose `buf` is not in the registered area (comm.alloc) is staged,
+    //! whose `buf` is neither in the registered area (comm.alloc) nor
+    //! registered (comm.register_buffer) is staged,
     //! copied into the start of the rank's shared scratch on the stream
     //! before the kernel (so it uses the scratch like a collective: a
     //! rank's calls must be ordered); one larger than the scratch is
@@ -571,10 +609,10 @@ public:
         if (world_->proc && is_send && count != 0 && !world_->proc->reachable(buf, bytes)) {
             if (bytes > world_->scratch_bytes)
                 throw error(errc::invalid_argument,
-                            fn + ": `buf` (" + std::to_string(bytes) + " bytes) is not in this rank's registered "
-                                 "area (comm.alloc), so it is staged through the rank's scratch, which holds " +
+                            fn + ": `buf` (" + std::to_string(bytes) + " bytes) is neither in this rank's "
+                                 "registered area (comm.alloc) nor registered (comm.register_buffer), so it is staged through the rank's scratch, which holds " +
                                  std::to_string(world_->scratch_bytes) + " bytes (gpu::options::scratch_bytes); "
-                                 "send from comm.alloc memory, or raise scratch_bytes");
+                                 "send from comm.alloc or registered memory, or raise scratch_bytes");
             void* staged = world_->scratch[std::size_t(rank_)];
             group_flush(); // a group's queued calls use the scratch first
             cuda_check(cudaMemcpyAsync(staged, buf, std::size_t(bytes), cudaMemcpyDefault, st),
@@ -624,6 +662,21 @@ public:
     std::pair<std::shared_ptr<gpu_world>, int> split(int color, int key, std::chrono::milliseconds timeout) const;
 
 private:
+    //! One process per GPU: the device copy of this rank's peer maps
+    //! (lane_world::maps) from the process world's (no kernel of the rank
+    //! may run: the caller synchronized the device).
+    void upload_maps() const {
+        if (world_->maps_dev == nullptr) return;
+        cuda_check(cudaMemcpy(world_->maps_dev, world_->proc->maps().data(),
+                              sizeof(lane_peer_map) * std::size_t(world_->n), cudaMemcpyHostToDevice),
+                   "cudaMemcpy (the peer maps)");
+    }
+    void upload_maps_noexcept() const noexcept {
+        try {
+            upload_maps();
+        } catch (...) {
+        }
+    }
     void require_process(const std::string& fn) const {
         if (!world_->proc)
             throw error(errc::invalid_argument,
@@ -711,7 +764,7 @@ inline gpu_transport::staged gpu_transport::stage(const call& c, std::uint64_t e
                                                (c.out == nullptr || pw.reachable(c.out, 1))))
         throw error(errc::invalid_argument,
                     std::string("chorus::") + collective_name(coll) + ": with one process per GPU this collective "
-                        "runs only on buffers from comm.alloc (it is not staged)");
+                        "runs only on buffers from comm.alloc or comm.register_buffer (it is not staged)");
     // (An exchange's extents are its counts': the kernel refuses any
     // part of them outside what its peers mapped, status::unreachable.)
     if (c.count == 0 || is_exchange(coll) || (in_ok && out_ok)) {
@@ -960,6 +1013,40 @@ public:
         t().free_registered(buf.data(), "chorus::gpu::communicator::free", "buf");
     }
     void free(const void* p) const { t().free_registered(p, "chorus::gpu::communicator::free", "p"); }
+
+    //! One process per GPU (gpu::make_communicator) only: registers `buf`,
+    //! device memory of this rank's device from cudaMalloc (any part of
+    //! one allocation), so that every peer process maps it (CUDA IPC, like
+    //! ncclCommRegister): a collective whose buffers lie in a registration
+    //! (or in alloc's area) runs zero-copy, without staging. Returns the
+    //! registration's handle (the same on every rank).
+    //! Collective and blocking: every rank calls register_buffer and
+    //! deregister_buffer in the same order, each with its own buffer (any
+    //! size); each waits for its device to finish all its work
+    //! (cudaDeviceSynchronize), then for every peer (at most
+    //! gpu::options::setup_timeout). No other call of the communicator may
+    //! run meanwhile. At most detail::max_lane_registrations (14) are live
+    //! at once; register once and reuse. Errors: a buffer that is empty,
+    //! not cudaMalloc memory of this device, overlapping a live
+    //! registration or alloc's area, or the limit reached:
+    //! errc::invalid_argument naming `buf` on this rank and
+    //! errc::peer_failed naming it on its peers, nothing registered; ranks
+    //! calling differently: errc::mismatch; a rank that does not come:
+    //! errc::timeout naming it (the communicator is then aborted); a dead
+    //! rank: errc::peer_failed. A communicator of make_communicators
+    //! (which reaches every buffer already): errc::invalid_argument.
+    template <class T>
+    gpu::buffer_handle register_buffer(std::span<T> buf) const {
+        return {t().register_range(buf.data(), buf.size_bytes(), "chorus::gpu::communicator::register_buffer")};
+    }
+    //! Ends a registration (collective and blocking as register_buffer,
+    //! and a barrier: when it returns, no peer maps the buffer any more;
+    //! free it only then). No call may still use the buffer. A handle that
+    //! is not live on this rank: errc::invalid_argument here,
+    //! errc::peer_failed on the peers, nothing deregistered.
+    void deregister_buffer(gpu::buffer_handle h) const {
+        t().deregister_range(h.id, "chorus::gpu::communicator::deregister_buffer");
+    }
 
     //! Collective: a new communicator of the ranks that pass the same
     //! `color`, ordered by `key`, ties by rank (as MPI_Comm_split and

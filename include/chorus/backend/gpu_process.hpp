@@ -13,6 +13,10 @@
 //!     cudaIpcMemLazyEnablePeerAccess). Each holds the rank's
 //!     lane_rank_area, its scratch (schedule scratch and staged copies)
 //!     and its registered area (gpu::communicator::alloc);
+//!   - user buffers registered later (gpu::communicator::register_buffer,
+//!     lane_process_world::register_range): the cudaMalloc allocation
+//!     holding each is exported the same way (export_range) and opened
+//!     by every peer, one peer-map range per registration;
 //!   - the node page (abort word, dead rank, process ids, failure records)
 //!     in POSIX shared memory, registered with cudaHostRegister(...,
 //!     cudaHostRegisterMapped | cudaHostRegisterPortable): kernels poll the
@@ -39,6 +43,7 @@
 #  error "chorus/backend/gpu_process.hpp is CUDA code: include <chorus/gpu.hpp> from a .cu file compiled by nvcc"
 #endif
 
+#include <cuda.h> // types only (cuMemGetAddressRange is found through the runtime: no -lcuda)
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -67,9 +72,74 @@ static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(lane_segment_name::text),
 inline void* ipc_owned_tag() noexcept { return reinterpret_cast<void*>(std::uintptr_t(1)); }
 inline void* ipc_opened_tag() noexcept { return reinterpret_cast<void*>(std::uintptr_t(2)); }
 
+//! The driver's cuMemGetAddressRange, found through the runtime
+//! (cudaGetDriverEntryPointByVersion: no link to libcuda); null when the
+//! driver does not give it.
+inline CUresult (*driver_mem_address_range())(CUdeviceptr*, std::size_t*, CUdeviceptr) {
+    using fn_t = CUresult (*)(CUdeviceptr*, std::size_t*, CUdeviceptr);
+    static const fn_t fn = [] {
+        void* f = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &f, 12000, cudaEnableDefault, &q) !=
+                cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+            (void)cudaGetLastError();
+            return fn_t(nullptr);
+        }
+        return reinterpret_cast<fn_t>(f);
+    }();
+    return fn;
+}
+
+//! lane_memory_provider::export_range over CUDA IPC: [p, p + bytes) must
+//! be device memory of the current device that cudaMalloc gave (any part
+//! of one allocation); its allocation (found with cuMemGetAddressRange) is
+//! exported with cudaIpcGetMemHandle, the handle is the name peers open.
+inline void cuda_ipc_export_range(const void* p, std::size_t bytes, lane_segment_name& name,
+                                  std::uint64_t& alloc_base, std::uint64_t& alloc_bytes) {
+    int dev = -1;
+    cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+    cudaPointerAttributes a{};
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        a.type = cudaMemoryTypeUnregistered;
+    }
+    if (a.type != cudaMemoryTypeDevice)
+        throw error(errc::invalid_argument,
+                    std::string("is ") + (a.type == cudaMemoryTypeManaged ? "managed" : "host") +
+                        " memory; only device memory from cudaMalloc can be registered (CUDA IPC shares nothing "
+                        "else)");
+    if (a.device != dev)
+        throw error(errc::invalid_argument, "is memory of device " + std::to_string(a.device) +
+                                                " but this rank runs on device " + std::to_string(dev));
+    const auto range = driver_mem_address_range();
+    if (range == nullptr)
+        throw error(errc::unavailable, "cannot be registered: the CUDA driver does not give cuMemGetAddressRange");
+    CUdeviceptr base = 0;
+    std::size_t size = 0;
+    const auto at = reinterpret_cast<CUdeviceptr>(p);
+    if (range(&base, &size, at) != CUDA_SUCCESS)
+        throw error(errc::invalid_argument, "lies in no allocation the CUDA driver knows");
+    if (bytes > size - (at - base))
+        throw error(errc::invalid_argument, "(" + std::to_string(bytes) + " bytes) runs past the end of its " +
+                                                std::to_string(size) + "-byte allocation");
+    cudaIpcMemHandle_t h{};
+    if (const cudaError_t e = cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)); e != cudaSuccess) {
+        (void)cudaGetLastError();
+        throw error(errc::invalid_argument,
+                    std::string("cannot be exported by CUDA IPC (cudaIpcGetMemHandle: ") + cudaGetErrorString(e) +
+                        "); register memory from cudaMalloc (not from a stream-ordered pool or cuMemCreate)");
+    }
+    std::memcpy(name.text, &h, sizeof h);
+    alloc_base = base;
+    alloc_bytes = size;
+}
+
 //! Rank segments in device memory of the current device, shared by CUDA
-//! IPC (see the file comment). The caller makes the rank's device current
-//! around the process world's construction and destruction.
+//! IPC (see the file comment), and user buffers registered the same way
+//! (export_range: cuda_ipc_export_range; a peer opens and closes one as a
+//! segment). The caller makes the rank's device current around the
+//! process world's construction and destruction and around registrations.
 inline lane_memory_provider cuda_ipc_provider() {
     lane_memory_provider p;
     p.create = [](std::size_t bytes, lane_segment_name& name, const std::string& knob) {
@@ -110,6 +180,10 @@ inline lane_memory_provider cuda_ipc_provider() {
         else if (m.handle == ipc_owned_tag()) (void)cudaFree(m.base);
         m = {};
     };
+    // A peer's registered buffer is opened as a segment (open: its whole
+    // allocation; cudaIpcOpenMemHandle counts a handle opened twice, so two
+    // registrations in one allocation are opened and closed independently).
+    p.export_range = cuda_ipc_export_range;
     return p;
 }
 

@@ -25,6 +25,9 @@
 //!     [256, 256 + 8 * 64)      pid[max_lane_ranks]   (each rank writes its own)
 //!     [768, 768 + 64)          left[max_lane_ranks]  (1: the rank closed its world)
 //!     [faults_offset, +n)      lane_fault[n] (lane_world::faults)
+//!     [reg_offset, +n)         lane_reg_slot[n]: each rank's slot of the
+//!                              registration exchange (register_range),
+//!                              128-byte aligned
 //!   rank segment (one per rank, created by that rank):
 //!     [0, area_bytes)          its lane_rank_area (flags, descriptors, counters)
 //!     [scratch_offset, +scratch_bytes)        its scratch: the schedule's
@@ -50,6 +53,14 @@
 //! lane_peer_map per peer with two ranges: the peer's scratch and its
 //! registered buffers. A peer's pointer outside both is unreachable: the
 //! step fails with status::unreachable, nothing is dereferenced.
+//!
+//! Registration. After setup the ranks may share more memory, memory the
+//! provider did not create (for the GPU backend: any cudaMalloc buffer):
+//! register_range is collective; the ranks trade their ranges through
+//! their slots in the node segment (the bootstrap is closed), open each
+//! other's (export_range, open) and append one range per registration to
+//! every peer map (up to max_lane_registrations at once);
+//! deregister_range undoes it. reachable() counts the live registrations.
 //!
 //! Liveness. A watcher thread per process polls every peer's process
 //! (every `watch_period`) and, when one is gone (or a zombie) without
@@ -177,6 +188,13 @@ struct lane_memory_provider {
     void (*unlink)(const lane_segment_name& name) = nullptr;
     //! Unmaps (noexcept).
     void (*close)(lane_mapping& m) = nullptr;
+    //! Optional (lane_process_world::register_range needs it): shares the
+    //! memory [p, p + bytes) of this process, which the provider did not
+    //! create: `name` gets what a peer passes to open, `alloc_base` and
+    //! `alloc_bytes` the whole allocation that name opens (it holds the
+    //! range). Throws chorus::error when the memory cannot be shared.
+    void (*export_range)(const void* p, std::size_t bytes, lane_segment_name& name, std::uint64_t& alloc_base,
+                         std::uint64_t& alloc_bytes) = nullptr;
 };
 
 //! POSIX shared memory (shm_segment).
@@ -282,6 +300,28 @@ struct lane_node_header {
     std::uint8_t left[max_lane_ranks] = {};
 };
 
+//! One rank's slot of the registration exchange in the node segment (see
+//! lane_process_world::register_range). The rank writes the fields of its
+//! call `seq` and then `seq` (release); its peers read `seq` (acquire) and
+//! then the fields, and set their own `done` when they finished with them.
+//! A rank writes its next call only once every peer's `done` reached the
+//! last one, so a slot is never rewritten while a peer reads it.
+struct lane_reg_slot {
+    alignas(128) std::uint64_t seq = 0; //!< the last registration call this rank published
+    std::uint64_t done = 0;             //!< the last registration call this rank finished
+    std::uint32_t op = 0;               //!< 1: register_range, 2: deregister_range
+    std::int32_t refused = 0;           //!< 1: this rank refused its own call (its arguments)
+    std::uint64_t id = 0;               //!< deregister_range: the handle
+    lane_segment_name name{};           //!< register_range: what export_range gave
+    std::uint64_t alloc_base = 0, alloc_bytes = 0; //!< the allocation that name opens, in this rank
+    std::uint64_t base = 0, bytes = 0;  //!< the registered range, in this rank
+};
+
+//! Most ranges one rank has registered at once (register_range): each
+//! takes one lane_peer_map range of every peer's map, after the scratch
+//! and the registered area.
+inline constexpr int max_lane_registrations = max_lane_ranges - 2;
+
 //! One rank's share of a process world (see the file comment). Host
 //! object; world() is what the lane executor receives.
 class lane_process_world {
@@ -303,7 +343,8 @@ public:
         registered_offset_ = round_up(scratch_offset_ + cfg.scratch_bytes, 4096);
         segment_bytes_ = std::max<std::uint64_t>(registered_offset_ + cfg.registered_bytes, 4096);
         faults_offset_ = round_up(sizeof(lane_node_header), 128);
-        node_bytes_ = round_up(faults_offset_ + sizeof(lane_fault) * std::size_t(size), 4096);
+        reg_offset_ = round_up(faults_offset_ + sizeof(lane_fault) * std::size_t(size), 128);
+        node_bytes_ = round_up(reg_offset_ + sizeof(lane_reg_slot) * std::size_t(size), 4096);
         maps_.assign(std::size_t(size), lane_peer_map{});
         table_.assign(std::size_t(size), nullptr);
         segs_.assign(std::size_t(size), lane_mapping{});
@@ -490,8 +531,133 @@ public:
             const std::uint64_t b = reinterpret_cast<std::uint64_t>(own()) + off;
             return p != nullptr && a >= b && a - b <= len && bytes <= len - (a - b);
         };
-        return in(scratch_offset_, cfg_.scratch_bytes) || in(registered_offset_, cfg_.registered_bytes);
+        if (in(scratch_offset_, cfg_.scratch_bytes) || in(registered_offset_, cfg_.registered_bytes)) return true;
+        for (const registration& g : regs_)
+            if (p != nullptr && a >= g.base && a - g.base <= g.bytes && bytes <= g.bytes - (a - g.base)) return true;
+        return false;
     }
+
+    //! Registers [p, p + bytes), memory of this rank that its provider did
+    //! not create (for the GPU backend: any cudaMalloc memory), so that its
+    //! peers reach it: a call whose buffers lie in it runs zero-copy.
+    //! Returns the registration's handle (> 0, the same on every rank).
+    //!
+    //! Collective and blocking: every rank calls register_range and
+    //! deregister_range in the same order (each with its own range, of any
+    //! size). The ranks trade their ranges through their slots in the node
+    //! segment (lane_reg_slot; the bootstrap is closed by then): each
+    //! exports its range (lane_memory_provider::export_range), publishes
+    //! it, waits for every peer's, opens each peer's (open) and adds it to
+    //! its map of that peer (one lane_peer_map range per registration). At
+    //! most max_lane_registrations are live at once.
+    //!
+    //! Errors. A refused range (`what` null or empty, overlapping this
+    //! rank's segment or one of its live registrations, the limit reached,
+    //! a provider without export_range, memory export_range cannot share)
+    //! throws errc::invalid_argument naming `what` on this rank and
+    //! errc::peer_failed naming this rank on its peers: nothing is
+    //! registered anywhere. Peers whose calls differ (a register where
+    //! another rank deregisters, other handles): errc::mismatch everywhere,
+    //! nothing changes. A peer that does not come within setup_timeout:
+    //! errc::timeout naming it, and the world is aborted (its order is
+    //! lost); a dead peer: errc::peer_failed naming it.
+    std::uint64_t register_range(const void* p, std::uint64_t bytes, const std::string& what = "`p`") {
+        const std::uint64_t k = ++calls_;
+        const std::string fn =
+            "chorus::lane_process: register_range (registration call " + std::to_string(k) + " of this world)";
+        if (aborted()) throw broken(fn);
+        lane_reg_slot f{};
+        f.op = 1;
+        f.base = reinterpret_cast<std::uint64_t>(p);
+        f.bytes = bytes;
+        std::optional<error> refused;
+        try {
+            check_range(p, bytes, what);
+            try {
+                cfg_.memory.export_range(p, std::size_t(bytes), f.name, f.alloc_base, f.alloc_bytes);
+            } catch (const error& e) {
+                throw error(e.code(), what + ": " + e.what());
+            }
+            if (!(f.alloc_base <= f.base && f.base - f.alloc_base <= f.alloc_bytes &&
+                  bytes <= f.alloc_bytes - (f.base - f.alloc_base)))
+                throw error(errc::internal, "the provider's export_range gave an allocation that does not hold " +
+                                                what);
+        } catch (const error& e) {
+            refused = error(e.code(), fn + ": " + e.what());
+            f.refused = 1;
+        }
+        publish(k, f, fn);
+        if (refused) {
+            finish(k);
+            throw *refused;
+        }
+        wait_all(k, &lane_reg_slot::seq, fn);
+        agree(k, f, fn);
+        registration g{k, f.base, bytes, std::vector<lane_mapping>(std::size_t(n_)),
+                       std::vector<lane_range>(std::size_t(n_))};
+        int q = 0;
+        try {
+            for (q = 0; q < n_; ++q) {
+                if (q == rank_) continue;
+                const lane_reg_slot& o = slot(q);
+                lane_mapping m = cfg_.memory.open(o.name, std::size_t(o.alloc_bytes));
+                g.peers[std::size_t(q)] = m;
+                g.ranges[std::size_t(q)] = {o.base, reinterpret_cast<std::uint64_t>(m.base) + (o.base - o.alloc_base),
+                                            o.bytes};
+            }
+        } catch (const error& e) {
+            close_all(g);
+            finish(k);
+            throw error(e.code(), fn + ": opening rank " + std::to_string(q) + "'s range: " + e.what() +
+                                      " (the other ranks registered; a call on that range reaches this rank as "
+                                      "unreachable)");
+        }
+        regs_.push_back(std::move(g));
+        rebuild_maps();
+        finish(k);
+        return k;
+    }
+
+    //! Ends the registration `handle` (register_range's): this rank closes
+    //! its mappings of the peers' ranges and drops them from its maps.
+    //! Collective and blocking like register_range, and a barrier: when it
+    //! returns, no peer maps this rank's range any more (its owner may free
+    //! it). No call of any rank may still use the range. A handle this rank
+    //! does not hold: errc::invalid_argument naming `what` here,
+    //! errc::peer_failed on the peers; nothing is deregistered.
+    void deregister_range(std::uint64_t handle, const std::string& what = "`handle`") {
+        const std::uint64_t k = ++calls_;
+        const std::string fn =
+            "chorus::lane_process: deregister_range (registration call " + std::to_string(k) + " of this world)";
+        if (aborted()) throw broken(fn);
+        lane_reg_slot f{};
+        f.op = 2;
+        f.id = handle;
+        std::optional<error> refused;
+        const auto it = std::find_if(regs_.begin(), regs_.end(), [&](const registration& g) { return g.id == handle; });
+        if (it == regs_.end()) {
+            refused = error(errc::invalid_argument,
+                            fn + ": " + what + " (" + std::to_string(handle) +
+                                ") is not a live registration of this world (never returned by register_range, or "
+                                "deregistered already)");
+            f.refused = 1;
+        }
+        publish(k, f, fn);
+        if (refused) {
+            finish(k);
+            throw *refused;
+        }
+        wait_all(k, &lane_reg_slot::seq, fn);
+        agree(k, f, fn);
+        close_all(*it);
+        regs_.erase(it);
+        rebuild_maps();
+        finish(k);
+        wait_all(k, &lane_reg_slot::done, fn); // every peer closed its mapping of this rank's range
+    }
+
+    //! Live registrations of this rank (register_range).
+    std::size_t registrations() const noexcept { return regs_.size(); }
 
     bool aborted() const noexcept {
         return std::atomic_ref<std::uint32_t>(header()->abort).load(std::memory_order_acquire) != 0;
@@ -565,6 +731,8 @@ private:
         }
     }
     void release() noexcept {
+        for (registration& g : regs_) close_all(g);
+        regs_.clear();
         for (lane_mapping& m : segs_)
             if (m.base != nullptr) cfg_.memory.close(m);
         if (node_.base != nullptr) cfg_.node_memory.close(node_);
@@ -591,10 +759,148 @@ private:
         }
     }
 
+    // --- registration (register_range) ---
+
+    //! A live registration: this rank's range and, per peer q, its mapping
+    //! of q's range and the lane_peer_map range it adds to maps_[q].
+    struct registration {
+        std::uint64_t id, base, bytes;
+        std::vector<lane_mapping> peers; //!< [n]
+        std::vector<lane_range> ranges;  //!< [n]
+    };
+    lane_reg_slot* slots() const noexcept { return reinterpret_cast<lane_reg_slot*>(node_.base + reg_offset_); }
+    lane_reg_slot& slot(int r) const noexcept { return slots()[r]; }
+
+    //! Why register_range may not take [p, p + bytes) (see it).
+    void check_range(const void* p, std::uint64_t bytes, const std::string& what) const {
+        if (cfg_.memory.export_range == nullptr)
+            throw error(errc::invalid_argument,
+                        "`cfg.memory` has no export_range: this world's memory provider cannot share memory it did "
+                        "not create");
+        if (p == nullptr) throw error(errc::invalid_argument, what + " is null");
+        if (bytes == 0) throw error(errc::invalid_argument, what + " is empty (0 bytes)");
+        const auto a = reinterpret_cast<std::uint64_t>(p);
+        if (bytes > ~std::uint64_t(0) - a) throw error(errc::invalid_argument, what + " wraps around the address space");
+        auto overlaps = [&](std::uint64_t b, std::uint64_t len) { return a < b + len && b < a + bytes; };
+        if (overlaps(reinterpret_cast<std::uint64_t>(own()), segment_bytes_))
+            throw error(errc::invalid_argument,
+                        what + " overlaps this rank's shared segment (its scratch or registered area, which peers "
+                               "reach already: it needs no registration)");
+        for (const registration& g : regs_)
+            if (overlaps(g.base, g.bytes))
+                throw error(errc::invalid_argument, what + " overlaps registration " + std::to_string(g.id) +
+                                                        " of this rank (" + std::to_string(g.bytes) +
+                                                        " bytes); deregister it first");
+        if (regs_.size() >= std::size_t(max_lane_registrations))
+            throw error(errc::invalid_argument,
+                        what + " cannot be registered: this rank holds " + std::to_string(regs_.size()) +
+                            " live registrations, the most a world holds (max_lane_registrations = " +
+                            std::to_string(max_lane_registrations) + "); deregister one first");
+    }
+    //! The world is broken: why, for `fn`.
+    error broken(const std::string& fn) const {
+        if (const int d = dead_rank(); d >= 0)
+            return error(errc::peer_failed, fn + ": rank " + std::to_string(d) + " (process " +
+                                                std::to_string(header()->pid[d]) +
+                                                ") died; the world is broken, make a new one");
+        return error(errc::aborted, fn + ": the world was aborted; make a new one");
+    }
+    //! Waits until every peer's `field` reached `k` (deadline: setup_timeout;
+    //! stops on an abort and on a peer that left the world).
+    void wait_all(std::uint64_t k, std::uint64_t lane_reg_slot::*field, const std::string& fn) {
+        const auto deadline = std::chrono::steady_clock::now() + cfg_.setup_timeout;
+        auto reached = [&](int r) {
+            return std::atomic_ref<std::uint64_t>(slot(r).*field).load(std::memory_order_acquire) >= k;
+        };
+        for (unsigned spin = 0;; ++spin) {
+            std::string missing;
+            for (int r = 0; r < n_; ++r)
+                if (r != rank_ && !reached(r)) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+            if (missing.empty()) return;
+            if (aborted()) throw broken(fn);
+            for (int r = 0; r < n_; ++r)
+                if (r != rank_ && std::atomic_ref<std::uint8_t>(header()->left[r]).load(std::memory_order_seq_cst) &&
+                    !reached(r))
+                    throw error(errc::peer_failed, fn + ": rank " + std::to_string(r) +
+                                                       " left the world (destroyed its communicator) without making "
+                                                       "this call");
+            if (std::chrono::steady_clock::now() > deadline) {
+                abort();
+                throw error(errc::timeout,
+                            fn + ": rank(s) " + missing + " did not make this call within " +
+                                std::to_string(cfg_.setup_timeout.count()) + " ms (" + cfg_.knob_prefix +
+                                "setup_timeout; every rank registers and deregisters in the same order); the world "
+                                "is aborted");
+            }
+            if (spin < 64) std::this_thread::yield();
+            else std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+    }
+    //! Publishes this rank's call `k` once every peer finished call k - 1
+    //! (its slot is free again).
+    void publish(std::uint64_t k, const lane_reg_slot& f, const std::string& fn) {
+        wait_all(k - 1, &lane_reg_slot::done, fn);
+        lane_reg_slot& s = slot(rank_);
+        s.op = f.op;
+        s.refused = f.refused;
+        s.id = f.id;
+        s.name = f.name;
+        s.alloc_base = f.alloc_base;
+        s.alloc_bytes = f.alloc_bytes;
+        s.base = f.base;
+        s.bytes = f.bytes;
+        std::atomic_ref<std::uint64_t>(s.seq).store(k, std::memory_order_release);
+    }
+    void finish(std::uint64_t k) noexcept {
+        std::atomic_ref<std::uint64_t>(slot(rank_).done).store(k, std::memory_order_release);
+    }
+    //! Every rank published call `k`: throws (after finishing it) unless
+    //! every peer made the same call and took its own arguments.
+    void agree(std::uint64_t k, const lane_reg_slot& f, const std::string& fn) {
+        auto name = [](std::uint32_t op) { return op == 1 ? "register_range" : "deregister_range"; };
+        for (int q = 0; q < n_; ++q) {
+            if (q == rank_) continue;
+            const lane_reg_slot& o = slot(q);
+            std::optional<error> e;
+            if (o.refused)
+                e = error(errc::peer_failed, fn + ": rank " + std::to_string(q) +
+                                                 " refused its own arguments (its error says why); nothing changed");
+            else if (o.op != f.op)
+                e = error(errc::mismatch, fn + ": rank " + std::to_string(q) + " called " + name(o.op) +
+                                              " where this rank called " + name(f.op) +
+                                              " (every rank registers and deregisters in the same order); nothing "
+                                              "changed");
+            else if (o.op == 2 && o.id != f.id)
+                e = error(errc::mismatch, fn + ": rank " + std::to_string(q) + " deregisters handle " +
+                                              std::to_string(o.id) + ", this rank handle " + std::to_string(f.id) +
+                                              "; nothing changed");
+            if (e) {
+                finish(k);
+                throw *e;
+            }
+        }
+    }
+    void close_all(registration& g) noexcept {
+        for (lane_mapping& m : g.peers)
+            if (m.base != nullptr) cfg_.memory.close(m);
+    }
+    //! maps_[q]: the scratch, the registered area, then every live registration.
+    void rebuild_maps() noexcept {
+        for (int q = 0; q < n_; ++q) {
+            if (q == rank_) continue;
+            lane_peer_map& m = maps_[std::size_t(q)];
+            m.count = 2;
+            for (const registration& g : regs_) m.ranges[m.count++] = g.ranges[std::size_t(q)];
+            for (int i = m.count; i < max_lane_ranges; ++i) m.ranges[i] = {};
+        }
+    }
+
     lane_process_config cfg_;
     int rank_ = 0, n_ = 1;
     std::uint64_t area_bytes_ = 0, scratch_offset_ = 0, registered_offset_ = 0, segment_bytes_ = 0;
-    std::uint64_t faults_offset_ = 0, node_bytes_ = 0;
+    std::uint64_t faults_offset_ = 0, reg_offset_ = 0, node_bytes_ = 0;
+    std::uint64_t calls_ = 0;         //!< registration calls made (register_range, deregister_range)
+    std::vector<registration> regs_;  //!< live registrations, oldest first
     struct block {
         std::uint64_t offset, bytes; //!< in the registered area
     };
