@@ -47,6 +47,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -54,6 +55,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -349,8 +351,8 @@ struct gpu_group_item {
     virtual ~gpu_group_item() = default;
     const void* kind = nullptr; //!< one per (T, Op): calls of one kind may share a launch
     int capacity = 1;           //!< calls of this kind one launch carries
-    //! Launches items[0, n) (all of this kind, n <= capacity) on `st`:
-    //! collective_group_kernel, or collective_kernel for one call alone.
+    //! Launches items[0, n) (all of this kind, n <= capacity; this is
+    //! items[0]) on `st` as one collective_kernel.
     virtual void launch(const gpu_group_item* const* items, std::size_t n, cudaStream_t st) const = 0;
 };
 
@@ -363,19 +365,47 @@ struct gpu_group_call final : gpu_group_item {
         capacity = group_kernel_calls<T, Op>;
     }
     void launch(const gpu_group_item* const* items, std::size_t n, cudaStream_t st) const override {
+        using launch_t = lane_launch<T, Op, any_schedule>;
+        static_assert(std::is_trivially_copyable_v<launch_t> && sizeof(launch_t) % 8 == 0,
+                      "chorus: a launch descriptor is written to the device in 8-byte words");
+        collective_params<T, Op> P{};
+        P.first = L;
+        P.blocks = L.sch.channels();
+        P.more_count = int(n) - 1;
         if (n == 1) {
-            collective_kernel<T, Op><<<L.sch.channels(), collective_block_threads, 0, st>>>(L);
+            collective_kernel<T, Op><<<P.blocks, collective_block_threads, 0, st>>>(P);
             cuda_check(cudaGetLastError(), "launching the collective kernel");
             return;
         }
-        group_kernel_params<T, Op> P{};
-        P.ncalls = int(n);
-        for (std::size_t i = 0; i < n; ++i) {
-            P.calls[i] = static_cast<const gpu_group_call&>(*items[i]).L;
-            P.blocks = std::max(P.blocks, P.calls[i].sch.channels());
+        // Calls 1 .. n-1: their descriptors in device memory allocated on
+        // the stream, written there by counts_fill_kernel launches carrying
+        // the bytes as parameters (a CUDA graph captures the values, and the
+        // host copy may go at once; cudaMemcpyAsync from pageable memory is
+        // neither captured by value nor asynchronous), freed on the stream
+        // after the kernel. All three are stream-ordered and capturable.
+        const std::size_t words_per = sizeof(launch_t) / 8;
+        std::vector<std::uint64_t> words((n - 1) * words_per);
+        for (std::size_t i = 1; i < n; ++i) {
+            const launch_t& Li = static_cast<const gpu_group_call&>(*items[i]).L;
+            std::memcpy(words.data() + (i - 1) * words_per, &Li, sizeof(launch_t));
+            P.blocks = std::max(P.blocks, Li.sch.channels());
         }
-        collective_group_kernel<T, Op><<<P.blocks, collective_block_threads, 0, st>>>(P);
-        cuda_check(cudaGetLastError(), "launching the group kernel");
+        void* more = nullptr;
+        cuda_check(cudaMallocAsync(&more, words.size() * 8, st),
+                   "cudaMallocAsync (a group launch's call descriptors)");
+        for (std::size_t first = 0; first < words.size(); first += counts_piece_max) {
+            counts_piece piece{};
+            piece.dst = static_cast<std::uint64_t*>(more) + first;
+            piece.n = std::uint32_t(std::min<std::size_t>(counts_piece_max, words.size() - first));
+            std::memcpy(piece.v, words.data() + first, std::size_t(piece.n) * 8);
+            counts_fill_kernel<><<<1, counts_fill_threads, 0, st>>>(piece);
+            cuda_check(cudaGetLastError(), "launching the kernel writing a group launch's call descriptors");
+        }
+        P.more = static_cast<const launch_t*>(more);
+        collective_kernel<T, Op><<<P.blocks, collective_block_threads, 0, st>>>(P);
+        const cudaError_t launched = cudaGetLastError();
+        cuda_check(cudaFreeAsync(more, st), "cudaFreeAsync (a group launch's call descriptors)");
+        cuda_check(launched, "launching the collective kernel (a group launch)");
     }
 };
 
@@ -894,7 +924,7 @@ void gpu_transport::enqueue_local(const call& c, const Op& op, Schedules& s, voi
     if (grouping()) {
         const bool plain = stg.copy_in_bytes == 0 && stg.copy_back_bytes == 0 &&
                            !(L.sch.kind == schedule_kind::exchange && !c.counts.empty());
-        if (plain && blocks <= resident_blocks(collective_group_kernel<T, Op>, dev)) {
+        if (plain) {
             auto item = std::make_unique<gpu_group_call<T, Op>>();
             item->L = L;
             group_->queued.push_back(std::move(item));
@@ -928,7 +958,10 @@ void gpu_transport::enqueue_local(const call& c, const Op& op, Schedules& s, voi
         cuda_check(cudaMemcpyAsync(stg.copy_in_dst, stg.copy_in_src, std::size_t(stg.copy_in_bytes),
                                    cudaMemcpyDefault, st),
                    "cudaMemcpyAsync (staging a call's `in` through the shared scratch)");
-    collective_kernel<T, Op><<<sch.channels(), collective_block_threads, 0, st>>>(L);
+    collective_params<T, Op> P{};
+    P.first = L;
+    P.blocks = sch.channels();
+    collective_kernel<T, Op><<<P.blocks, collective_block_threads, 0, st>>>(P);
     cuda_check(cudaGetLastError(), "launching the collective kernel");
     if (stg.copy_back_bytes != 0)
         cuda_check(cudaMemcpyAsync(c.out, stg.run_out, std::size_t(stg.copy_back_bytes), cudaMemcpyDefault, st),

@@ -24,9 +24,10 @@
 //! every other wait: bounded by the previous call's timeout, stopped by the
 //! abort word.
 //!
-//! Shared by the GPU kernel (kernels/collective.cuh, collective_group_kernel:
-//! its blocks run each call from a copy of its descriptor in shared memory)
-//! and the CPU lane tests (tests/unit/test_lanes.cpp: the descriptor in place).
+//! Shared by the GPU kernel (kernels/collective.cuh, collective_kernel: one
+//! call or several; its blocks run call 0 from the kernel parameter and
+//! each further call from a copy of its descriptor in shared memory) and
+//! the CPU lane tests (tests/unit/test_lanes.cpp: the descriptors in place).
 
 #include <cstdint>
 
@@ -37,12 +38,14 @@
 
 namespace chorus::detail {
 
-//! Most calls one group launch holds (the GPU backend may hold fewer per
-//! launch: lane_group_capacity).
+//! Most calls one group launch holds (the GPU kernel and the CPU lanes).
 inline constexpr int max_group_calls = 16;
 
-//! The calls of one group launch: `ncalls` launch descriptors of one rank,
-//! run in order by `blocks` lane groups (the most channels of any call).
+//! The calls of one group launch on the CPU lanes: `ncalls` launch
+//! descriptors of one rank, run in order by `blocks` lane groups (the most
+//! channels of any call). The GPU kernel holds the same calls differently
+//! (kernels/collective.cuh: call 0 in its parameter, the others in device
+//! memory) and reaches them through run_lane_calls's fetch functor.
 template <class T, class Op, class Schedule, int K = max_group_calls>
 struct lane_group_launch {
     static_assert(K >= 1 && K <= max_group_calls, "chorus: a group launch holds 1 to max_group_calls calls");
@@ -51,16 +54,6 @@ struct lane_group_launch {
     int blocks = 0;
     lane_launch<T, Op, Schedule> calls[K];
 };
-
-//! How many calls of (T, Op) one GPU group launch carries: as many as keep
-//! its parameters under `param_bytes` (32764 bytes: CUDA 12.1+ on sm_70+
-//! passes __grid_constant__ parameters that large), at most max_group_calls.
-template <class T, class Op, class Schedule>
-inline constexpr int lane_group_capacity(std::size_t param_bytes = 32000) {
-    const std::size_t one = sizeof(lane_launch<T, Op, Schedule>);
-    const std::size_t fit = (param_bytes - 64) / one;
-    return fit >= std::size_t(max_group_calls) ? max_group_calls : fit < 1 ? 1 : int(fit);
-}
 
 //! The barrier of one rank's lane groups between two calls of a group
 //! launch: `blocks` groups arrive; the last resets the count and advances
@@ -109,27 +102,23 @@ CHORUS_HD status group_barrier(const Lanes& lanes, const lane_world& w, int rank
 //! failure of this group (its calls record theirs as run_lane_channel
 //! does; a barrier that times out records status::timeout naming the rank
 //! itself as the peer and the call it was about to start as the unit).
-//! Where a lane group reads call k's descriptor from: the launch itself
-//! (the CPU lanes), or a copy the GPU kernel makes in shared memory.
-struct group_call_in_place {
-    template <class Lanes, class G>
-    CHORUS_HD const auto& operator()(const Lanes&, const G& g, int k) const {
-        return g.calls[k];
-    }
-};
-
+//! `fetch(lanes, k)` gives call k's descriptor (k = 0 .. ncalls-1, in
+//! order, every lane of the group calling it): in place (the CPU lanes,
+//! group_call_in_place) or a copy in shared memory (the GPU kernel,
+//! kernels/collective.cuh). A reference it returned may be invalid after
+//! the next call to it. One call alone (ncalls 1) is run_lane_channel.
 CHORUS_HD_TEMPLATE
-template <class T, class Op, class Schedule, int K, class Lanes, class Select = group_call_in_place>
-CHORUS_HD status run_lane_group(const Lanes& lanes, const lane_group_launch<T, Op, Schedule, K>& G, int c,
-                                lane_shared<T>& sh, Select select = {}) {
+template <class T, class Op, class Schedule, class Lanes, class Fetch>
+CHORUS_HD status run_lane_calls(const Lanes& lanes, int ncalls, int blocks, int c, lane_shared<T>& sh,
+                                const Fetch& fetch) {
     status first = status::ok;
-    for (int k = 0; k < G.ncalls; ++k) {
-        const lane_launch<T, Op, Schedule>& L = select(lanes, G, k);
+    std::uint64_t prev_timeout_ns = 0;
+    for (int k = 0; k < ncalls; ++k) {
+        const lane_launch<T, Op, Schedule>& L = fetch(lanes, k);
         if (k > 0) {
-            const lane_launch<T, Op, Schedule>& prev = G.calls[k - 1];
             const std::uint64_t deadline =
-                lanes.share(lanes.id() == 0 ? lanes.now_ns() + prev.timeout_ns : std::uint64_t(0));
-            const status b = group_barrier(lanes, L.world, L.rank, G.blocks, deadline);
+                lanes.share(lanes.id() == 0 ? lanes.now_ns() + prev_timeout_ns : std::uint64_t(0));
+            const status b = group_barrier(lanes, L.world, L.rank, blocks, deadline);
             if (b == status::timeout && lanes.id() == 0) {
                 lane_fault f{};
                 f.peer = L.rank; // its own lane groups kept it waiting
@@ -144,12 +133,32 @@ CHORUS_HD status run_lane_group(const Lanes& lanes, const lane_group_launch<T, O
                                                                                                                  : 0);
             if (ab) return first != status::ok ? first : status::aborted;
         }
+        prev_timeout_ns = L.timeout_ns;
         if (c < L.sch.channels()) {
             const status s = run_lane_channel(lanes, L, c, sh);
             if (s != status::ok && first == status::ok) first = s;
         }
     }
     return first;
+}
+
+//! The CPU lanes' fetch: call k read in place from the group launch.
+template <class G>
+struct group_call_in_place {
+    const G& g;
+    template <class Lanes>
+    CHORUS_HD const auto& operator()(const Lanes&, int k) const {
+        return g.calls[k];
+    }
+};
+
+//! Lane group `c` of a group launch held in a lane_group_launch.
+CHORUS_HD_TEMPLATE
+template <class T, class Op, class Schedule, int K, class Lanes>
+CHORUS_HD status run_lane_group(const Lanes& lanes, const lane_group_launch<T, Op, Schedule, K>& G, int c,
+                                lane_shared<T>& sh) {
+    using G_t = lane_group_launch<T, Op, Schedule, K>;
+    return run_lane_calls<T, Op, Schedule>(lanes, G.ncalls, G.blocks, c, sh, group_call_in_place<G_t>{G});
 }
 
 } // namespace chorus::detail
