@@ -79,6 +79,16 @@
 //! process aborts the job (comm.abort, then MPI_Abort): no process waits
 //! forever for a peer that gave up.
 //!
+//! Group launch (--group N, virtual ranks or one rank per device): instead
+//! of the tables, for each size and policy, N AllReduces per rank, each on
+//! its own slice of the rank's buffers, timed like one collective above
+//! (graphs with -G, eager with -G 0) two ways: one by one (N launches per
+//! rank) and inside chorus::gpu::group_start/group_end (one launch per
+//! detail::group_kernel_calls of them, 16 for float/sum); columns size,
+//! count, separate(us), grouped(us) (both for all N calls), speedup and
+//! #wrong (each way run once per size on fresh inputs and checked). No CSV
+//! rows; the summary line gives the speedup at the smallest size and the least.
+//!
 //! Without a CUDA device: prints "CHORUS_SKIP: no CUDA device", exits 77
 //! (every process of --processes too).
 //! Exit status: 0 all checks passed, 1 a wrong value or a chorus/CUDA
@@ -230,6 +240,7 @@ struct options : chorus_bench::sweep_options {
     bool graph_given = false;     //!< -G/--graph given (--processes: eager unless given)
     std::vector<buffer_kind> buffers; //!< --buffers (empty: the mode's default)
     bool nccl = true;             //!< --nccl 0: no NCCL column
+    int group = 0;                //!< --group N: N AllReduces per rank, one by one vs in a chorus::gpu::group
 };
 
 using chorus_cli::usage_error;
@@ -290,6 +301,9 @@ std::span<const chorus_cli::option> option_table() {
         {"csv", 0, "FILE", "also write every row as CSV"},
         {"nccl", 0, "0|1", "NCCL's time per row in the same run, where it runs: one rank per device, more than "
                            "one device, a build that found NCCL (default 1)"},
+        {"group", 0, "N", "instead of the tables: N AllReduces of each size per rank (one buffer each), timed "
+                          "one by one (N launches) and in a chorus::gpu::group (one launch per 16 calls); "
+                          "--collectives, -c and --csv do not apply"},
         {"help", 'h', {}, "this text"},
     });
     return table;
@@ -335,6 +349,7 @@ options parse_args(int argc, char** argv) {
         else if (g.is("timeout-ms")) o.timeout_ms = int(parse_int(v, flag, 1, 3600000));
         else if (g.is("csv")) o.csv_path = std::string(v);
         else if (g.is("nccl")) o.nccl = parse_int(v, flag, 0, 1) == 1;
+        else if (g.is("group")) o.group = int(parse_int(v, flag, 1, 1024));
         else if (g.is("type") || g.is("datatype")) {
             for (const std::string_view item : split_list(v))
                 for (const std::string_view other : {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half",
@@ -382,6 +397,8 @@ options parse_args(int argc, char** argv) {
         o.buffers = {buffer_kind::device};
     }
     if (o.timeout_s > 0) o.timeout_ms = int(std::min<long long>(o.timeout_s * 1000LL, 1LL << 30));
+    if (o.group > 0 && o.processes)
+        throw usage_error{"--group: with virtual ranks or one rank per device only (not --processes)"};
     return o;
 }
 
@@ -514,6 +531,7 @@ struct table_summary {
     u64 wrong = 0;
     bool skipped = false;
     std::string note;
+    std::string group_line; //!< --group: the summary's text (no bandwidth columns)
 };
 
 //! What launch() adds to a call's schedule arguments.
@@ -895,17 +913,14 @@ struct rank_graphs {
 //! Time per call of every rank: -n iterations of -m calls, captured into one
 //! graph per rank, launched once untimed, then -G times timed (nccl-tests
 //! -G); or with -G 0 issued eagerly (-z 1/2: every stream synchronised after
-//! each call, -z 3: after each iteration).
-template <class T>
-timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int root) {
-    const int n = B.n();
+//! each call, -z 3: after each iteration). What one "call" is: whatever
+//! issue_rank(r) issues on rank r's stream (time_calls: one collective;
+//! --group: N AllReduces, one by one or in a group).
+template <class F>
+timed time_issue(bench& B, F&& issue_rank) {
     const options& o = B.opt;
     const long long calls = o.timed_calls();
     const int local = B.local(); // the ranks of this process: r below indexes B.ranks and B.comms
-    auto issue_rank = [&](int r) {
-        rank_state& rs = B.ranks[std::size_t(r)];
-        issue<T>(pol, c, B.comms[std::size_t(r)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, root, rs.stream);
-    };
     // --processes: every process starts after a barrier; a row's time is the slowest process's.
     auto combine = [&](timed x) {
         x.secs = across_max(B, x.secs);
@@ -948,6 +963,16 @@ timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, in
         graphs.instantiate(r, g);
     }
     return combine(graphs.time(calls));
+}
+
+//! One collective per call (see time_issue).
+template <class T>
+timed time_calls(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int root) {
+    const int n = B.n();
+    return time_issue(B, [&](int r) {
+        rank_state& rs = B.ranks[std::size_t(r)];
+        issue<T>(pol, c, B.comms[std::size_t(r)], in_of<T>(B, rs), out_of<T>(B, rs), count, n, root, rs.stream);
+    });
 }
 
 #if CHORUS_BENCH_NCCL
@@ -1289,6 +1314,10 @@ void print_summary(const table_summary& s) {
         std::printf("# summary %s: skipped (%s)\n", s.label.c_str(), s.note.c_str());
         return;
     }
+    if (!s.group_line.empty()) {
+        std::printf("# summary %s: %s, #wrong %" PRIu64 "\n", s.label.c_str(), s.group_line.c_str(), s.wrong);
+        return;
+    }
     std::printf("# summary %s: peak busbw %.2f GB/s at %s, peak /copy %.3f at %s, smallest %s %.2f us, "
                 "worst time %.2f us, #wrong %" PRIu64 "\n",
                 s.label.c_str(), s.peak_busbw, human_bytes(s.peak_busbw_bytes).c_str(), s.peak_ratio,
@@ -1331,6 +1360,135 @@ double measure_copy(const rank_state& rs, std::size_t bytes) {
     (void)cudaEventDestroy(e0);
     (void)cudaEventDestroy(e1);
     return best;
+}
+
+// ---------------------------------------------------------------------------
+// --group N: many small AllReduces, one by one vs in a chorus::gpu::group
+// ---------------------------------------------------------------------------
+
+//! Elements between the operands of the N calls of --group (256-byte steps).
+u64 group_stride(u64 count) { return (count + 63) / 64 * 64; }
+
+//! Rank r's N AllReduces of `count` elements with policy `pol` on its
+//! stream, call k on the k-th slice of its buffers; in one group when `grouped`.
+template <class T>
+void issue_group(bench& B, int r, const chorus::policy& pol, u64 count, bool grouped) {
+    rank_state& rs = B.ranks[std::size_t(r)];
+    chorus::gpu::communicator& comm = B.comms[std::size_t(r)];
+    const u64 stride = group_stride(count);
+    if (grouped) chorus::gpu::group_start(comm, rs.stream);
+    try {
+        for (int k = 0; k < B.opt.group; ++k)
+            issue<T>(pol, coll_kind::all_reduce, comm, in_of<T>(B, rs) + u64(k) * stride,
+                     out_of<T>(B, rs) + u64(k) * stride, count, B.n(), 0, rs.stream);
+    } catch (...) {
+        if (grouped) (void)comm.transport().group_drop();
+        throw;
+    }
+    if (grouped) chorus::gpu::group_end(comm);
+}
+
+//! --group N: the N calls once on fresh inputs; the wrong elements of
+//! every rank's N results (and nothing written between them).
+template <class T>
+u64 check_group(bench& B, const chorus::policy& pol, u64 count, bool grouped) {
+    const int n = B.n();
+    const int m = pattern_mod(n);
+    const u64 stride = group_stride(count);
+    const u64 span_elems = stride * u64(B.opt.group);
+    expect_spec sent{};
+    sent.value = sentinel;
+    for (int l = 0; l < B.local(); ++l) {
+        const rank_state& rs = B.ranks[std::size_t(l)];
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cuda_ok(cudaMemsetAsync(rs.wrong, 0, sizeof(unsigned long long), rs.stream), "cudaMemsetAsync");
+        launch_fill<T>(rs, out_of<T>(B, rs), span_elems, sent);
+        expect_spec mine{};
+        mine.kind = expect_kind::pattern;
+        mine.rank = B.first + l;
+        mine.m = m;
+        for (int k = 0; k < B.opt.group; ++k) launch_fill<T>(rs, in_of<T>(B, rs) + u64(k) * stride, count, mine);
+    }
+    for (int l = 0; l < B.local(); ++l) {
+        cuda_ok(cudaSetDevice(B.ranks[std::size_t(l)].dev), "cudaSetDevice");
+        issue_group<T>(B, l, pol, count, grouped);
+    }
+    for (int l = 0; l < B.local(); ++l) {
+        const rank_state& rs = B.ranks[std::size_t(l)];
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        expect_spec want{};
+        want.kind = expect_kind::sum;
+        want.n = n;
+        want.m = m;
+        for (int k = 0; k < B.opt.group; ++k) {
+            const T* out = out_of<T>(B, rs) + u64(k) * stride;
+            launch_count<T>(rs, out, count, want);
+            launch_count<T>(rs, out + count, stride - count, sent); // the gap to the next call's result
+        }
+    }
+    sync_all(B);
+    u64 wrong = 0;
+    for (const rank_state& rs : B.ranks) {
+        unsigned long long w = 0;
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cuda_ok(cudaMemcpy(&w, rs.wrong, sizeof w, cudaMemcpyDeviceToHost), "cudaMemcpy");
+        wrong += w;
+    }
+    return wrong;
+}
+
+//! --group N: per size, N AllReduces per rank timed one by one (N launches
+//! per rank) and in a group (one launch per group_kernel_calls of them), as
+//! time_calls times one collective (graphs with -G, else eager); both
+//! checked once per size (#wrong).
+template <class T>
+void run_group_table(bench& B, const std::string& ak, const chorus::policy& pol, type_kind tk) {
+    const int n = B.n();
+    const int N = B.opt.group;
+    table_summary sum;
+    sum.label = "AllReduce x" + std::to_string(N) + " grouped vs separate " + type_name(tk) + " " +
+                algo_label(ak, pol, B.node_size) + " ranks=" + std::to_string(n) +
+                " devices=" + std::to_string(B.distinct_devices.size());
+    std::printf("#\n# %s: per size, %d AllReduces per rank (one buffer each), one by one (%d launches) and in a\n"
+                "#   chorus::gpu::group (one launch per %d calls); times for all %d calls\n",
+                sum.label.c_str(), N, N, chorus::detail::group_kernel_calls<T, chorus::sum>, N);
+    std::printf("# %10s %12s %12s %12s %9s %8s\n", "size(B)", "count", "separate(us)", "grouped(us)", "speedup",
+                "#wrong");
+    std::size_t first_bytes = 0;
+    double first_speedup = 0, least_speedup = 1e300;
+    for (const std::size_t nominal : B.sizes) {
+        const u64 count = count_for(coll_kind::all_reduce, nominal, sizeof(T), n);
+        if (count == 0) continue;
+        u64 wrong = 0;
+        double us[2] = {0, 0};
+        for (int grouped = 0; grouped < 2; ++grouped) {
+            for (int i = 0; i < B.opt.warmup; ++i)
+                for (int l = 0; l < B.local(); ++l) {
+                    cuda_ok(cudaSetDevice(B.ranks[std::size_t(l)].dev), "cudaSetDevice");
+                    issue_group<T>(B, l, pol, count, grouped != 0);
+                }
+            sync_all(B);
+            wrong += check_group<T>(B, pol, count, grouped != 0);
+            const timed tm = time_issue(B, [&](int r) { issue_group<T>(B, r, pol, count, grouped != 0); });
+            us[grouped] = (B.opt.report_cputime ? tm.cpu_secs : tm.secs) * 1e6;
+        }
+        std::printf("  %10zu %12llu %12.2f %12.2f %8.2fx %8llu\n", nominal, (unsigned long long)count, us[0], us[1],
+                    us[1] > 0 ? us[0] / us[1] : 0.0, (unsigned long long)wrong);
+        std::fflush(stdout);
+        sum.wrong += wrong;
+        B.wrong_total += wrong;
+        const double speedup = us[1] > 0 ? us[0] / us[1] : 0.0;
+        if (first_bytes == 0) {
+            first_bytes = nominal;
+            first_speedup = speedup;
+        }
+        least_speedup = std::min(least_speedup, speedup);
+        char line[160];
+        std::snprintf(line, sizeof line, "grouped/separate speedup %.2fx at %s, least %.2fx", first_speedup,
+                      human_bytes(first_bytes).c_str(), least_speedup);
+        sum.group_line = line;
+    }
+    B.summaries.push_back(sum);
 }
 
 int run(bench& B) {
@@ -1411,7 +1569,9 @@ int run(bench& B) {
     if (std::find(o.algos.begin(), o.algos.end(), "automatic") != o.algos.end())
         scratch = std::max(scratch, default_scratch);
     // Each operand buffer: the largest size, a guard, and room to shift by -u elements.
-    const std::size_t bytes = o.max_bytes + guard_bytes + std::size_t(o.unalign) * 8;
+    // (--group N: N operands of the largest size, 256-byte aligned, one per call.)
+    const std::size_t bytes = (o.group > 0 ? std::size_t(o.group) * ((o.max_bytes + 255) / 256 * 256) : o.max_bytes) +
+                              guard_bytes + std::size_t(o.unalign) * 8;
     const std::size_t padded = (bytes + 255) / 256 * 256; // comm.alloc and staging align to 256 bytes
     const auto wants = [&](buffer_kind k) { return std::find(o.buffers.begin(), o.buffers.end(), k) != o.buffers.end(); };
     // --buffers staged: the scratch holds the schedule's scratch plus the staged in and out.
@@ -1611,6 +1771,19 @@ int run(bench& B) {
                 rs.in = bk == buffer_kind::registered ? rs.reg_in : bk == buffer_kind::user ? rs.user_in : rs.plain_in;
                 rs.out = bk == buffer_kind::registered ? rs.reg_out : bk == buffer_kind::user ? rs.user_out : rs.plain_out;
             }
+        if (o.group > 0) { // --group N: AllReduce only, grouped vs separate
+            for (const std::string& a : o.algos)
+                for (int ch : o.channels)
+                    for (std::size_t chunk : o.chunks)
+                        for (type_kind t : o.types) {
+                            if (!takes_tuning(a) && (ch != o.channels.front() || chunk != o.chunks.front())) continue;
+                            const chorus::policy pol = policy_for(a, {ch, chunk});
+                            with_type(t, [&](auto type_tag) {
+                                run_group_table<typename decltype(type_tag)::type>(B, a, pol, t);
+                            });
+                        }
+            continue;
+        }
         for (const std::string& a : o.algos)
             for (int ch : o.channels)
                 for (std::size_t chunk : o.chunks)

@@ -48,7 +48,11 @@
 #    ranks, 8 B..64 MiB: automatic (the default policy; its table names
 #    the algorithm it chose per size) against ring<> and direct<> with
 #    their default tunings (the ones automatic runs), to see whether its
-#    picks are right on this machine (about 30 s);
+#    picks are right on this machine (about 30 s); (h) group launch: 8
+#    AllReduces per rank of each size, 8 virtual ranks, automatic, 8 B..64
+#    KiB, eager (-G 0), timed one by one (8 launches per rank) and in a
+#    chorus::gpu::group (one launch per rank), both checked (--group 8;
+#    a few seconds; its table is in h_allreduce_group.log, no CSV rows);
 # 6. writes RESULTS_DIR/gpu-<YYYY-MM-DD>.json (gpu_results_json.sh: one
 #    row per CSV row of every run: collective, algo, processes, ranks,
 #    size_bytes, time_us, moved_over_copy, nccl_time_us = null, ...; card
@@ -59,7 +63,7 @@
 #    256 MiB moved/copy >= 0.70; AllReduce 8 ranks direct, worst time over
 #    8 B..64 KiB <= 15 us), the process test per process count, and for (g)
 #    automatic's picks and how far its time is from the faster of ring<>
-#    and direct<>.
+#    and direct<>, and (h)'s grouped/separate speedup.
 #
 # moved/copy: the bytes every rank's schedule reads and writes per call
 # over the time, divided by the D2D copy bandwidth (read + write) measured
@@ -543,6 +547,8 @@ run_bench g_allreduce_automatic_ring --ranks 8 --collectives all_reduce -d float
     --channels 1 --chunk 256K "${G_SIZES[@]}"
 run_bench g_allreduce_direct_default --ranks 8 --collectives all_reduce -d float --algo direct \
     --channels 1 --chunk 1M "${G_SIZES[@]}"
+# (h) group launch: 8 AllReduces per rank, one by one vs in a chorus::gpu::group (--group 8), eager.
+run_bench h_allreduce_group --ranks 8 -d float --algo automatic --group 8 "${SMALL[@]}" -G 0 -n 50 -w 5
 fi # (not --summarize)
 
 # --- summary -----------------------------------------------------------------------------
@@ -629,6 +635,12 @@ target() { # target VALUE OP LIMIT
     awk -v v="$1" -v l="$3" -v op="$2" 'BEGIN { ok = op == ">=" ? v >= l : v <= l; print ok ? "MET" : "NOT MET" }'
 }
 
+# (h): the grouped/separate line of its summary.
+GROUP_SPEEDUP=
+if [[ -f $RESULTS_DIR/h_allreduce_group.log ]]; then
+    GROUP_SPEEDUP=$(grep -m1 '^# summary AllReduce x' "$RESULTS_DIR/h_allreduce_group.log" | sed 's/^# summary [^:]*: //' || true)
+fi
+
 # The results file: every CSV of this run, one JSON row per CSV row.
 RESULTS_JSON=$RESULTS_DIR/gpu-$(date -u +%F).json
 JSON_CSVS=()
@@ -712,6 +724,7 @@ done
     fi
     printf '%-48s %s\n' "AllReduce 8 ranks automatic: its picks" "${AUTO_PICKS:-n/a}"
     printf '%-48s %s\n' "automatic vs faster of ring<>/direct<>" "${AUTO_VS:-n/a}"
+    printf '%-48s %s\n' "8 AllReduces grouped vs one by one (8 ranks)" "${GROUP_SPEEDUP:-n/a}"
     if ((${#BUDGET_SKIPPED[@]})); then
         printf '%-48s %s\n' "NOT RUN (GPU_CHECK_BUDGET=$GPU_CHECK_BUDGET s spent)" "${BUDGET_SKIPPED[*]}"
     fi

@@ -31,6 +31,10 @@
 //  - the public stream-ordered forms of every collective, sync and _async
 //    (futures), stream_wait, CUDA graph capture of two collectives with
 //    different policies and three replays, barrier;
+//  - group launch: 20 AllReduces of mixed sizes and policies (ring, direct,
+//    LL, automatic) and an AllGather in one group per rank, a group captured
+//    in a CUDA graph and replayed, refusals (another stream, group_end
+//    without a group), the scope form with an _async call inside;
 //  - the exchange collectives (all_to_all, all_gatherv, reduce_scatterv,
 //    all_to_allv; float), sync with a policy type and _async with the
 //    default, in and out of place, counts with zeros freed as soon as each
@@ -883,6 +887,136 @@ void ll_protocol(world& w) {
     for (auto e : execs) cudaGraphExecDestroy(e);
 }
 
+// Group launch (collectives/gpu_group.hpp): 20 AllReduces of different
+// sizes and policies (ring 4 channels, direct 2 channels, LL, automatic)
+// with an AllGather (another operator: its own launch) in the middle, in
+// one group per rank (group_start/group_end on every rank, then every
+// rank's calls: more than one launch's capacity); then a group of two
+// captured in a CUDA graph and replayed; a call on another stream refused
+// inside a group (nothing queued), group_end without a group refused; the
+// scope form, with an _async call inside (its future covers the queued calls).
+void group_launch(world& w) {
+    using namespace chorus;
+    const int n = w.size();
+    const policy pols[] = {policy_of<ring<ring_params{4, 64 << 10}>>, policy_of<direct<direct_params{2, 1 << 20}>>,
+                           policy_of<direct<direct_params{.proto = protocol::ll}>>, policy::automatic()};
+    const int calls = 20;
+    std::vector<std::uint64_t> counts;
+    std::vector<std::vector<dev_buf<float>>> bufs;
+    for (int k = 0; k < calls; ++k) {
+        counts.push_back(std::uint64_t(1 + (k * 997) % 5000));
+        bufs.push_back(constant_bufs(w, counts.back(), [k](int r) { return float(r + 1 + k); }));
+    }
+    const std::uint64_t gc = 33;
+    auto gin = constant_bufs(w, gc, [](int r) { return float(r + 1); });
+    auto gout = constant_bufs(w, gc * std::uint64_t(n), [](int) { return -1.f; });
+    for (int r = 0; r < n; ++r) gpu::group_start(w.comm(r), w.stream(r));
+    for (int r = 0; r < n; ++r) {
+        w.set_device(r);
+        for (int k = 0; k < calls; ++k) {
+            float* p = bufs[std::size_t(k)][std::size_t(r)].data();
+            on_stream{w.comm(r), w.stream(r), pols[k % 4]}.all_reduce<float>(p, p, counts[std::size_t(k)], sum{});
+            if (k == 9)
+                all_gather(w.comm(r), std::span<const float>(gin[std::size_t(r)].data(), gc),
+                           std::span<float>(gout[std::size_t(r)].data(), gc * std::uint64_t(n)), w.stream(r));
+        }
+    }
+    for (int r = 0; r < n; ++r) gpu::group_end(w.comm(r));
+    w.sync();
+    for (int k = 0; k < calls; ++k)
+        EXPECT(all_equal(w, bufs[std::size_t(k)], 0, counts[std::size_t(k)], float(n * (n + 1) / 2 + n * k)),
+               "grouped all_reduce %d (%llu floats) on %d ranks", k, (unsigned long long)counts[std::size_t(k)], n);
+    bool gathered = true;
+    for (int r = 0; r < n; ++r) {
+        w.set_device(r);
+        const std::vector<float> h = gout[std::size_t(r)].download();
+        for (std::uint64_t i = 0; i < h.size(); ++i) gathered = gathered && h[i] == float(i / gc + 1);
+    }
+    EXPECT(gathered, "grouped all_gather on %d ranks", n);
+    ++g_cases;
+
+    // A group captured in a CUDA graph, replayed with new inputs.
+    std::vector<cudaGraphExec_t> execs(static_cast<std::size_t>(n));
+    for (int r = 0; r < n; ++r) {
+        w.set_device(r);
+        cudaGraph_t g;
+        cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
+        {
+            gpu::group grp(w.comm(r), w.stream(r));
+            for (int k = 0; k < 2; ++k) {
+                float* p = bufs[std::size_t(k)][std::size_t(r)].data();
+                all_reduce(w.comm(r), std::span<float>(p, counts[std::size_t(k)]), sum{}, w.stream(r));
+            }
+        }
+        cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
+        cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
+        cudaGraphDestroy(g);
+    }
+    for (int rep = 0; rep < 3; ++rep) {
+        for (int r = 0; r < n; ++r) {
+            w.set_device(r);
+            for (int k = 0; k < 2; ++k)
+                bufs[std::size_t(k)][std::size_t(r)].upload(std::vector<float>(counts[std::size_t(k)], float(r + rep + k)));
+        }
+        for (int r = 0; r < n; ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
+        w.sync();
+        for (int k = 0; k < 2; ++k)
+            EXPECT(all_equal(w, bufs[std::size_t(k)], 0, counts[std::size_t(k)], float(n * (n - 1) / 2 + n * (rep + k))),
+                   "grouped graph replay %d, call %d on %d ranks", rep, k, n);
+        ++g_cases;
+    }
+    for (auto e : execs) cudaGraphExecDestroy(e);
+
+    // Refusals: another stream inside a group, group_end without a group.
+    {
+        cudaStream_t other;
+        w.set_device(0);
+        cuda_ok(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), "cudaStreamCreate");
+        gpu::group_start(w.comm(0), w.stream(0));
+        bool refused = false;
+        try {
+            all_reduce(w.comm(0), std::span<float>(bufs[0][0].data(), counts[0]), sum{}, other);
+        } catch (const error& e) {
+            refused = e.code() == errc::invalid_argument && std::string(e.what()).find("`stream`") != std::string::npos;
+        }
+        EXPECT(refused, "a call on another stream inside a group is refused");
+        EXPECT(w.comm(0).transport().group_drop() == 0, "the refused call was not queued");
+        cudaStreamDestroy(other);
+        refused = false;
+        try {
+            gpu::group_end(w.comm(0));
+        } catch (const error& e) {
+            refused = e.code() == errc::invalid_argument;
+        }
+        EXPECT(refused, "group_end without a group is refused");
+        ++g_cases;
+    }
+
+    // The scope form with an _async call: its future waits for the calls queued before it.
+    // (Inputs first: upload() synchronises the device, which must not
+    // happen while a rank's group holds calls its peers' kernels wait for.)
+    for (int r = 0; r < n; ++r) {
+        w.set_device(r);
+        for (int k = 0; k < 3; ++k)
+            bufs[std::size_t(k)][std::size_t(r)].upload(std::vector<float>(counts[std::size_t(k)], float(r)));
+    }
+    std::vector<future> fs;
+    for (int r = 0; r < n; ++r) {
+        w.set_device(r);
+        gpu::group grp(w.comm(r), w.stream(r));
+        for (int k = 0; k < 3; ++k) {
+            float* p = bufs[std::size_t(k)][std::size_t(r)].data();
+            if (k < 2) all_reduce(w.comm(r), std::span<float>(p, counts[std::size_t(k)]), sum{}, w.stream(r));
+            else fs.push_back(all_reduce_async(w.comm(r), std::span<float>(p, counts[std::size_t(k)]), sum{}, w.stream(r)));
+        }
+    }
+    for (auto& f : fs) f.wait();
+    for (int k = 0; k < 3; ++k)
+        EXPECT(all_equal(w, bufs[std::size_t(k)], 0, counts[std::size_t(k)], float(n * (n - 1) / 2)),
+               "scope group call %d with a future on %d ranks", k, n);
+    ++g_cases;
+}
+
 void deterministic_bits(world& w) {
     using namespace chorus;
     using chorus::collective;
@@ -1134,6 +1268,7 @@ void run_all(const std::vector<int>& devs, bool quick, const std::vector<pair_ca
     }
     on_fresh_world("deterministic<> bits", devs, {}, [&](world& w) { deterministic_bits(w); });
     on_fresh_world("LL protocol", devs, {}, [&](world& w) { ll_protocol(w); });
+    on_fresh_world("group launch", devs, {}, [&](world& w) { group_launch(w); });
 }
 
 } // namespace

@@ -27,7 +27,13 @@
 // tunings, the counts read from a per-rank copy as on the device (the
 // caller's array overwritten before the lanes start), in sequence with
 // other collectives on one world, and counts that differ between ranks
-// (checked mode: mismatch); and split's grouping (core/split_plan.hpp).
+// (checked mode: mismatch); split's grouping (core/split_plan.hpp); and group
+// launch (exec/lane_group.hpp: several calls of a rank in one launch, a
+// barrier of its lane groups between calls): mixed collectives, sizes,
+// policies, channel counts and LL calls on 2-8 ranks, exact and leaving the
+// counters as separate calls do; groups that differ between ranks (mismatch,
+// a missing call: reported, not hung); a lane group that never arrives at the
+// barrier (timeout recorded, not hung); abort stopping a group.
 #include <doctest/doctest.h>
 
 #include <chorus/chorus.hpp>
@@ -37,6 +43,7 @@
 #include <chorus/backend/gpu_checks.hpp>
 #include <chorus/core/split_plan.hpp>
 #include <chorus/exec/lane_channel.hpp>
+#include <chorus/exec/lane_group.hpp>
 
 #include <barrier>
 #include <algorithm>
@@ -61,6 +68,39 @@ namespace {
 
 using chorus_test::lane_world_host;
 
+// One rank's launch of one collective, as the GPU backend builds it (the
+// schedule of make_schedule(pol, args), the call's signature with the
+// policy's id); `scratch` is resized to what the schedule needs.
+template <class T, class Op>
+detail::lane_launch<T, Op, any_schedule> make_launch(lane_world_host& w, const policy& p, collective coll, int root,
+                                                     std::uint64_t cnt, int r, const T* in, T* out, Op op,
+                                                     std::vector<T>& scratch, std::uint64_t timeout_ms,
+                                                     int node_size = 0) {
+    const int n = int(w.table.size());
+    schedule_args a{coll, r, n, root, cnt, sizeof(T), false, node_size};
+    a.in_place = in_place_call<T>(coll, in, out, r, cnt);
+    a.commutative = op_traits<Op>::commutative;
+    a.ll_limit_bytes = w.ll_limit;
+    detail::lane_launch<T, Op, any_schedule> L{};
+    L.sch = make_schedule(p, a);
+    L.world = w.view();
+    L.rank = r;
+    L.in = in;
+    L.out = out;
+    scratch.resize(std::size_t(L.sch.scratch_elems()) + 1);
+    L.scratch = scratch.data();
+    L.sig = {};
+    L.sig.count = cnt;
+    L.sig.elem_bytes = sizeof(T);
+    L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), root);
+    L.sig.type_id = detail::type_hash<T>();
+    L.sig.op_id = detail::type_hash<Op>();
+    L.sig.algo_id = p.id();
+    L.timeout_ns = timeout_ms * 1000000ull;
+    L.op.set(op);
+    return L;
+}
+
 // Runs one collective: every (rank, channel) is a group of `lanes` threads,
 // as the GPU backend launches it (the schedule of make_schedule(pol, args),
 // the call's signature with the policy's id). `present[r] == false`: rank r
@@ -80,26 +120,8 @@ std::vector<status> run_lanes(lane_world_host& w, const policy& pol, collective 
     for (int r = 0; r < n; ++r) {
         const policy& p = pols.empty() ? pol : pols[std::size_t(r)];
         const std::uint64_t cnt = counts.empty() ? count : counts[std::size_t(r)];
-        schedule_args a{coll, r, n, root, cnt, sizeof(T), false, node_size};
-        a.in_place = in_place_call<T>(coll, in[std::size_t(r)], out[std::size_t(r)], r, cnt);
-        a.commutative = op_traits<Op>::commutative;
-        auto& L = launches[std::size_t(r)];
-        L.sch = make_schedule(p, a);
-        L.world = w.view();
-        L.rank = r;
-        L.in = in[std::size_t(r)];
-        L.out = out[std::size_t(r)];
-        scratch[std::size_t(r)].resize(std::size_t(L.sch.scratch_elems()) + 1);
-        L.scratch = scratch[std::size_t(r)].data();
-        L.sig = {};
-        L.sig.count = cnt;
-        L.sig.elem_bytes = sizeof(T);
-        L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), root);
-        L.sig.type_id = detail::type_hash<T>();
-        L.sig.op_id = detail::type_hash<Op>();
-        L.sig.algo_id = p.id();
-        L.timeout_ns = timeout_ms * 1000000ull;
-        L.op.set(op);
+        launches[std::size_t(r)] = make_launch<T>(w, p, coll, root, cnt, r, in[std::size_t(r)], out[std::size_t(r)], op,
+                                                  scratch[std::size_t(r)], timeout_ms, node_size);
     }
     for (int r = 0; r < n; ++r) {
         if (!present.empty() && !present[std::size_t(r)]) continue;
@@ -118,26 +140,41 @@ T value_of(int r, std::uint64_t i) {
     else return T(g);
 }
 
-// All five collectives on `n` ranks, checked element by element against a
-// serial reduction in rank order; buffers start at rank-dependent offsets
-// so the vector interiors differ between ranks.
+// Element i of rank r's result of `coll` over value_of's inputs on n ranks.
 template <class T, class Op>
-void check_collective(const named_policy& p, collective coll, int n, std::uint64_t count, int lanes, bool in_place,
-                      Op op, lane_world_host* reuse = nullptr, int node_size = 0) {
-    const char* type = std::is_same_v<T, affine> ? "affine" : element_traits<T>::name();
-    const std::string what = std::string(p.name) + " " + type + " " + op_traits<Op>::name();
-    CAPTURE(what);
-    lane_world_host fresh(reuse ? 0 : n);
-    lane_world_host& w = reuse ? *reuse : fresh;
+T expected_value(collective coll, int n, int root, std::uint64_t count, int r, std::uint64_t i, Op op) {
+    switch (coll) {
+    case collective::all_reduce:
+    case collective::reduce:
+    case collective::reduce_scatter: {
+        const std::uint64_t j = coll == collective::reduce_scatter ? std::uint64_t(r) * count + i : i;
+        T want = value_of<T>(0, j);
+        for (int q = 1; q < n; ++q) want = op(want, value_of<T>(q, j));
+        return detail::finish(op, want, n);
+    }
+    case collective::all_gather: return value_of<T>(int(i / count), i % count);
+    case collective::broadcast: return value_of<T>(root, i);
+    default: return T{};
+    }
+}
+
+// The buffers of one collective on n ranks (root n - 1): inputs of
+// value_of, rank-dependent misalignment, in place as the collective allows;
+// returns the elements of a rank's result.
+template <class T>
+std::uint64_t prepare_buffers(collective coll, int n, std::uint64_t count, bool in_place,
+                              std::vector<std::vector<T>>& inb, std::vector<std::vector<T>>& outb,
+                              std::vector<const T*>& in, std::vector<T*>& out) {
     const int root = n - 1;
     const bool blocks = coll == collective::all_gather || coll == collective::reduce_scatter;
     const std::uint64_t big = blocks ? count * std::uint64_t(n) : count;
     const std::uint64_t in_len = coll == collective::all_gather ? count : big;
     const std::uint64_t out_len = coll == collective::reduce_scatter ? count : big;
     const std::size_t nn = static_cast<std::size_t>(n);
-    std::vector<std::vector<T>> inb(nn), outb(nn), scratch(nn);
-    std::vector<const T*> in(nn);
-    std::vector<T*> out(nn);
+    inb.assign(nn, {});
+    outb.assign(nn, {});
+    in.assign(nn, nullptr);
+    out.assign(nn, nullptr);
     for (int r = 0; r < n; ++r) {
         const std::size_t off = std::size_t(r % 3); // misalign by 0, 1, 2 elements
         inb[std::size_t(r)].assign(off + big + 8, T{});
@@ -166,34 +203,40 @@ void check_collective(const named_policy& p, collective coll, int n, std::uint64
                 for (std::uint64_t i = 0; i < in_len; ++i) ib[i] = T{};
         }
     }
+    return out_len;
+}
+
+// All five collectives on `n` ranks, checked element by element against a
+// serial reduction in rank order; buffers start at rank-dependent offsets
+// so the vector interiors differ between ranks.
+template <class T, class Op>
+void check_collective(const named_policy& p, collective coll, int n, std::uint64_t count, int lanes, bool in_place,
+                      Op op, lane_world_host* reuse = nullptr, int node_size = 0) {
+    const char* type = std::is_same_v<T, affine> ? "affine" : element_traits<T>::name();
+    const std::string what = std::string(p.name) + " " + type + " " + op_traits<Op>::name();
+    CAPTURE(what);
+    lane_world_host fresh(reuse ? 0 : n);
+    lane_world_host& w = reuse ? *reuse : fresh;
+    const int root = n - 1;
+    const std::size_t nn = static_cast<std::size_t>(n);
+    std::vector<std::vector<T>> inb(nn), outb(nn), scratch(nn);
+    std::vector<const T*> in(nn);
+    std::vector<T*> out(nn);
+    const std::uint64_t out_len = prepare_buffers<T>(coll, n, count, in_place, inb, outb, in, out);
     const auto st =
         run_lanes<T, Op>(w, p.pol, coll, root, count, in, out, lanes, op, scratch, 20000, {}, {}, node_size);
     for (int r = 0; r < n; ++r) REQUIRE(st[std::size_t(r)] == status::ok);
     int wrong = 0;
     for (int r = 0; r < n; ++r) {
         if (coll == collective::reduce && r != root) continue;
-        for (std::uint64_t i = 0; i < out_len; ++i) {
-            T want{};
-            switch (coll) {
-            case collective::all_reduce:
-            case collective::reduce:
-            case collective::reduce_scatter: {
-                const std::uint64_t j = coll == collective::reduce_scatter ? std::uint64_t(r) * count + i : i;
-                want = value_of<T>(0, j);
-                for (int q = 1; q < n; ++q) want = op(want, value_of<T>(q, j));
-                want = detail::finish(op, want, n);
-                break;
-            }
-            case collective::all_gather: want = value_of<T>(int(i / count), i % count); break;
-            case collective::broadcast: want = value_of<T>(root, i); break;
-            default: break;
-            }
-            if (!chorus_test::same_bits(out[std::size_t(r)][i], want)) ++wrong;
-        }
+        for (std::uint64_t i = 0; i < out_len; ++i)
+            if (!chorus_test::same_bits(out[std::size_t(r)][i], expected_value<T>(coll, n, root, count, r, i, op)))
+                ++wrong;
     }
     CHECK(wrong == 0);
     for (int r = 0; r < n; ++r) CHECK(w.faults[std::size_t(r)].code == 0);
 }
+
 
 } // namespace
 
@@ -848,4 +891,269 @@ TEST_CASE("split plan: MPI_Comm_split grouping by color, ordered by key then ran
     const std::vector<int> two{0, 1}, one{0};
     CHECK_THROWS_WITH_AS(detail::plan_split(two, one, "chorus::gpu::communicator::split"),
                          doctest::Contains("chorus::gpu::communicator::split: 2 colors but 1 keys"), error);
+}
+
+// Group launch (exec/lane_group.hpp): several calls of a rank in one launch,
+// lane group c running channel c of each call in turn, a barrier of the
+// rank's groups between calls.
+namespace {
+
+using group_launch = detail::lane_group_launch<float, sum, any_schedule>;
+
+// One collective of a group on every rank: its policy, shape and buffers.
+struct group_call {
+    named_policy p;
+    collective coll;
+    std::uint64_t count;
+    bool in_place;
+    std::vector<std::vector<float>> inb, outb, scratch;
+    std::vector<const float*> in;
+    std::vector<float*> out;
+    std::uint64_t out_len = 0;
+};
+
+group_call make_group_call(const named_policy& p, collective coll, std::uint64_t count, bool in_place, int n) {
+    group_call g{p, coll, count, in_place, {}, {}, {}, {}, {}, 0};
+    g.out_len = prepare_buffers<float>(coll, n, count, in_place, g.inb, g.outb, g.in, g.out);
+    g.scratch.assign(std::size_t(n), {});
+    return g;
+}
+
+// Rank r's group launch of calls[first], calls[first + 1], ... (`ncalls`).
+group_launch make_group(lane_world_host& w, std::vector<group_call>& calls, std::size_t first, std::size_t ncalls,
+                        int r, std::uint64_t timeout_ms) {
+    REQUIRE(ncalls <= std::size_t(group_launch::capacity));
+    const int n = int(w.table.size());
+    group_launch G{};
+    for (std::size_t k = 0; k < ncalls; ++k) {
+        group_call& g = calls[first + k];
+        G.calls[k] = make_launch<float>(w, g.p.pol, g.coll, n - 1, g.count, r, g.in[std::size_t(r)],
+                                        g.out[std::size_t(r)], sum{}, g.scratch[std::size_t(r)], timeout_ms);
+        G.blocks = std::max(G.blocks, G.calls[k].sch.channels());
+    }
+    G.ncalls = int(ncalls);
+    return G;
+}
+
+// Runs every rank's group launch, lane group c of rank r (c < G[r].blocks) a
+// group of `lanes` threads running run_lane_group; `during` runs on this
+// thread once they all started. A rank with present[r] false never starts.
+std::vector<status> run_group_lanes(const std::vector<group_launch>& G, int lanes, const std::vector<bool>& present = {},
+                                    const std::function<void()>& during = {}) {
+    const int n = int(G.size());
+    std::vector<status> result(std::size_t(n), status::ok);
+    std::vector<std::thread> threads;
+    std::vector<std::unique_ptr<chorus_test::lane_group<float>>> groups;
+    for (int r = 0; r < n; ++r) {
+        if (!present.empty() && !present[std::size_t(r)]) continue;
+        const group_launch& L = G[std::size_t(r)];
+        for (int c = 0; c < L.blocks; ++c) {
+            groups.push_back(std::make_unique<chorus_test::lane_group<float>>());
+            chorus_test::lane_group<float>* g = groups.back().get();
+            g->rank = r;
+            g->channel = c;
+            g->bar = std::make_unique<std::barrier<>>(lanes);
+            for (int l = 0; l < lanes; ++l)
+                threads.emplace_back([&L, lanes, l, c, g] {
+                    const host_lanes hl{l, lanes, g->bar.get(), g->box};
+                    const status st = detail::run_lane_group(hl, L, c, g->sh);
+                    if (l == 0) g->st = st;
+                });
+        }
+    }
+    if (during) during();
+    for (auto& t : threads) t.join();
+    for (const auto& g : groups)
+        if (g->st != status::ok && result[std::size_t(g->rank)] == status::ok) result[std::size_t(g->rank)] = g->st;
+    return result;
+}
+
+// Wrong elements of call g's results on n ranks (root n - 1).
+int wrong_elements(const group_call& g, int n) {
+    int wrong = 0;
+    for (int r = 0; r < n; ++r) {
+        if (g.coll == collective::reduce && r != n - 1) continue;
+        for (std::uint64_t i = 0; i < g.out_len; ++i)
+            if (!chorus_test::same_bits(g.out[std::size_t(r)][i],
+                                        expected_value<float>(g.coll, n, n - 1, g.count, r, i, sum{})))
+                ++wrong;
+    }
+    return wrong;
+}
+
+} // namespace
+
+TEST_CASE("lane executor: a group launch runs several calls of a rank in order, exactly as separate calls") {
+    // Calls of several collectives, sizes, policies and channel counts (4,
+    // 2 and 1 channel: lane groups skip the channels a call lacks) in one
+    // launch per rank, three times in a row (the barrier's generation continues),
+    // then a call of its own on the same world (the per-channel counters
+    // were kept equal); the LL protocol's calls among them. Integer-valued
+    // floats: the results are exact, so equal to separate calls'.
+    const named_policy ring_4ch{"ring<4ch,64KiB>", policy_of<ring<ring_params{4, 64 << 10}>>};
+    const named_policy ring_1ch{"ring<1ch>", policy_of<ring<ring_params{1, 64 << 10}>>};
+    const named_policy direct_2ch{"direct<2ch,1MiB>", policy_of<direct<direct_params{2, 1 << 20}>>};
+    const named_policy two_shot_p{"two_shot<>", policy_of<two_shot<>>};
+    const named_policy tree_p{"tree<>", policy_of<tree<>>};
+    const named_policy rab_p{"rabenseifner<>", policy_of<rabenseifner<>>};
+    const named_policy ll_p{"direct<ll>", policy_of<direct<direct_params{.proto = protocol::ll}>>};
+    for (int n : {2, 3, 5, 8}) {
+        if (chorus_test::under_tsan && n > 3) continue; // dozens of spinning threads on two cores
+        CAPTURE(n);
+        lane_world_host w(n);
+        w.enable_ll(4096);
+        std::vector<group_call> calls;
+        const auto add = [&](const named_policy& p, collective coll, std::uint64_t count, bool in_place) {
+            calls.push_back(make_group_call(p, coll, count, in_place, n));
+        };
+        add(ring_4ch, collective::all_reduce, 1009, false);
+        add(direct_2ch, collective::all_gather, 17, false);
+        add(ring_1ch, collective::reduce_scatter, std::uint64_t(n + 1), true);
+        add(two_shot_p, collective::all_reduce, 300, true);
+        add(ll_p, collective::all_reduce, 33, false);
+        add(tree_p, collective::all_reduce, 0, false);
+        add(ring_4ch, collective::reduce_scatter, 64, false);
+        add(rab_p, collective::all_reduce, 257, false);
+        add(ll_p, collective::all_gather, 5, true);
+        add(direct_2ch, collective::broadcast, 40, false);
+        add(ring_1ch, collective::reduce, 129, false);
+        add(ring_4ch, collective::all_gather, 3, true);
+        // LL calls back to back (both slot parities, the reuse guard inside one launch).
+        add(ll_p, collective::all_reduce, 7, true);
+        add(ll_p, collective::reduce_scatter, 3, false);
+        add(ll_p, collective::all_gather, 6, false);
+        add(ll_p, collective::broadcast, 9, false);
+        add(ll_p, collective::all_reduce, 100, false);
+        // First launch: calls 0-6; second: 7-11; third: 12-16.
+        for (const auto& [first, count] :
+             {std::pair<std::size_t, std::size_t>{0, 7}, {7, 5}, {12, 5}}) {
+            std::vector<group_launch> G;
+            for (int r = 0; r < n; ++r) G.push_back(make_group(w, calls, first, count, r, 20000));
+            const auto st = run_group_lanes(G, 2);
+            for (int r = 0; r < n; ++r) REQUIRE(st[std::size_t(r)] == status::ok);
+        }
+        for (const group_call& g : calls) {
+            CAPTURE(g.p.name);
+            CAPTURE(collective_name(g.coll));
+            CAPTURE(g.count);
+            CHECK(wrong_elements(g, n) == 0);
+        }
+        for (int r = 0; r < n; ++r) CHECK(w.faults[std::size_t(r)].code == 0);
+        // The counters after two groups: a call of its own runs as the next.
+        for (int r = 0; r < n; ++r)
+            for (int c = 1; c < chorus::max_channels; ++c)
+                CHECK(w.areas[std::size_t(r)]->seq[c] == w.areas[std::size_t(r)]->seq[0]);
+        CHECK(w.areas[0]->seq[0] == calls.size());
+        check_collective<float>(ring_4ch, collective::all_reduce, n, 100, 2, false, sum{}, &w);
+        check_collective<float>(direct_2ch, collective::all_gather, n, 9, 1, false, sum{}, &w);
+    }
+}
+
+TEST_CASE("lane executor: groups that differ between ranks are reported, abort stops a group") {
+    const named_policy d{"direct<>", policy_of<direct<>>};
+    const named_policy ring_2ch{"ring<2ch>", policy_of<ring<ring_params{2, 64 << 10}>>};
+    // The second call differs in its count: the mismatch is found in the
+    // group (whichever rank compares first), the first call's results stand.
+    {
+        const int n = 2;
+        lane_world_host w(n);
+        std::vector<group_call> calls;
+        calls.push_back(make_group_call(ring_2ch, collective::all_reduce, 64, false, n));
+        calls.push_back(make_group_call(d, collective::all_reduce, 32, false, n));
+        calls.push_back(make_group_call(d, collective::all_reduce, 33, false, n));
+        std::vector<group_launch> G{make_group(w, calls, 0, 2, 0, 5000), make_group(w, calls, 0, 1, 1, 5000)};
+        group_launch other = make_group(w, calls, 2, 1, 1, 5000); // rank 1's second call: 33 elements
+        G[1].calls[1] = other.calls[0];
+        G[1].ncalls = 2;
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto st = run_group_lanes(G, 2);
+        CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+        CHECK(st[0] != status::ok);
+        CHECK(st[1] != status::ok);
+        const bool zero_saw = w.faults[0].code == int(status::mismatch);
+        const bool one_saw = w.faults[1].code == int(status::mismatch);
+        CHECK((zero_saw || one_saw));
+        if (zero_saw) CHECK(w.faults[0].theirs.count == 33);
+        if (one_saw) CHECK(w.faults[1].theirs.count == 32);
+        CHECK(wrong_elements(calls[0], n) == 0);
+    }
+    // A rank whose group lacks the last call: the others time out on it
+    // (short timeout), nothing hangs; the calls before it are complete.
+    {
+        const int n = 3;
+        lane_world_host w(n);
+        std::vector<group_call> calls;
+        calls.push_back(make_group_call(ring_2ch, collective::all_reduce, 100, false, n));
+        calls.push_back(make_group_call(d, collective::all_gather, 10, false, n));
+        std::vector<group_launch> G;
+        for (int r = 0; r < n; ++r) G.push_back(make_group(w, calls, 0, r == 2 ? 1 : 2, r, 300));
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto st = run_group_lanes(G, 2);
+        CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 10.0);
+        CHECK(st[0] != status::ok);
+        CHECK(st[1] != status::ok);
+        CHECK(w.abort != 0);
+        CHECK((w.faults[0].code == int(status::timeout) || w.faults[1].code == int(status::timeout)));
+        CHECK(wrong_elements(calls[0], n) == 0);
+    }
+    // A lane group of the launch that never runs (a block that never
+    // started): the others wait for it at the barrier only until the
+    // previous call's timeout, record it (the rank itself, the next call)
+    // and stop; the call before the barrier is complete, the next never runs.
+    {
+        const int n = 1;
+        lane_world_host w(n);
+        std::vector<group_call> calls;
+        calls.push_back(make_group_call(d, collective::all_reduce, 20, false, n));
+        calls.push_back(make_group_call(d, collective::all_reduce, 20, false, n));
+        group_launch G = make_group(w, calls, 0, 2, 0, 200);
+        G.blocks = 2; // lane group 1 never starts
+        chorus_test::lane_group<float> g;
+        g.bar = std::make_unique<std::barrier<>>(2);
+        const auto t0 = std::chrono::steady_clock::now();
+        std::vector<std::thread> threads;
+        for (int l = 0; l < 2; ++l)
+            threads.emplace_back([&G, &g, l] {
+                const host_lanes hl{l, 2, g.bar.get(), g.box};
+                const status st = detail::run_lane_group(hl, G, 0, g.sh);
+                if (l == 0) g.st = st;
+            });
+        for (auto& t : threads) t.join();
+        CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 5.0);
+        CHECK(g.st == status::timeout);
+        CHECK(w.faults[0].code == int(status::timeout));
+        CHECK(w.faults[0].peer == 0);
+        CHECK(w.faults[0].unit == 1);
+        CHECK(w.abort != 0);
+        CHECK(wrong_elements(calls[0], n) == 0);
+        int touched = 0;
+        for (std::uint64_t i = 0; i < calls[1].out_len; ++i) touched += calls[1].out[0][i] != 0.f;
+        CHECK(touched == 0);
+    }
+    // Abort while a group waits (a rank never starts, long timeout): every
+    // rank's group stops at once; the calls after the failed one never run
+    // (their outputs keep their zeros).
+    {
+        const int n = 3;
+        lane_world_host w(n);
+        std::vector<group_call> calls;
+        calls.push_back(make_group_call(ring_2ch, collective::all_reduce, 100, false, n));
+        calls.push_back(make_group_call(d, collective::all_reduce, 50, false, n));
+        calls.push_back(make_group_call(ring_2ch, collective::all_gather, 7, false, n));
+        std::vector<group_launch> G;
+        for (int r = 0; r < n; ++r) G.push_back(make_group(w, calls, 0, 3, r, 20000));
+        const auto t0 = std::chrono::steady_clock::now();
+        const auto st = run_group_lanes(G, 2, {true, true, false}, [&w] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            w.set_abort();
+        });
+        CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 10.0);
+        int touched = 0;
+        for (int r = 0; r < 2; ++r) {
+            CHECK(st[std::size_t(r)] == status::aborted);
+            for (std::size_t k = 1; k < calls.size(); ++k)
+                for (std::uint64_t i = 0; i < calls[k].out_len; ++i) touched += calls[k].out[std::size_t(r)][i] != 0.f;
+        }
+        CHECK(touched == 0);
+    }
 }

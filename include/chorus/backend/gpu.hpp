@@ -47,6 +47,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -54,6 +55,7 @@
 #include <span>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -342,6 +344,81 @@ struct gpu_world {
 
 namespace detail {
 
+//! Group launch (collectives/gpu_group.hpp): one call queued by an open
+//! group, launched at its end together with the calls of the same kind
+//! (element type and operator) next to it.
+struct gpu_group_item {
+    virtual ~gpu_group_item() = default;
+    const void* kind = nullptr; //!< one per (T, Op): calls of one kind may share a launch
+    int capacity = 1;           //!< calls of this kind one launch carries
+    //! Launches items[0, n) (all of this kind, n <= capacity; this is
+    //! items[0]) on `st` as one collective_kernel.
+    virtual void launch(const gpu_group_item* const* items, std::size_t n, cudaStream_t st) const = 0;
+};
+
+template <class T, class Op>
+struct gpu_group_call final : gpu_group_item {
+    inline static const char tag = 0; //!< its address: this (T, Op)'s kind
+    lane_launch<T, Op, any_schedule> L{};
+    gpu_group_call() {
+        kind = &tag;
+        capacity = group_kernel_calls<T, Op>;
+    }
+    void launch(const gpu_group_item* const* items, std::size_t n, cudaStream_t st) const override {
+        using launch_t = lane_launch<T, Op, any_schedule>;
+        static_assert(std::is_trivially_copyable_v<launch_t> && sizeof(launch_t) % 8 == 0,
+                      "chorus: a launch descriptor is written to the device in 8-byte words");
+        collective_params<T, Op> P{};
+        P.first = L;
+        P.blocks = L.sch.channels();
+        P.more_count = int(n) - 1;
+        if (n == 1) {
+            collective_kernel<T, Op><<<P.blocks, collective_block_threads, 0, st>>>(P);
+            cuda_check(cudaGetLastError(), "launching the collective kernel");
+            return;
+        }
+        // Calls 1 .. n-1: their descriptors in device memory allocated on
+        // the stream, written there by counts_fill_kernel launches carrying
+        // the bytes as parameters (a CUDA graph captures the values, and the
+        // host copy may go at once; cudaMemcpyAsync from pageable memory is
+        // neither captured by value nor asynchronous), freed on the stream
+        // after the kernel. All three are stream-ordered and capturable.
+        const std::size_t words_per = sizeof(launch_t) / 8;
+        std::vector<std::uint64_t> words((n - 1) * words_per);
+        for (std::size_t i = 1; i < n; ++i) {
+            const launch_t& Li = static_cast<const gpu_group_call&>(*items[i]).L;
+            std::memcpy(words.data() + (i - 1) * words_per, &Li, sizeof(launch_t));
+            P.blocks = std::max(P.blocks, Li.sch.channels());
+        }
+        void* more = nullptr;
+        cuda_check(cudaMallocAsync(&more, words.size() * 8, st),
+                   "cudaMallocAsync (a group launch's call descriptors)");
+        for (std::size_t first = 0; first < words.size(); first += counts_piece_max) {
+            counts_piece piece{};
+            piece.dst = static_cast<std::uint64_t*>(more) + first;
+            piece.n = std::uint32_t(std::min<std::size_t>(counts_piece_max, words.size() - first));
+            std::memcpy(piece.v, words.data() + first, std::size_t(piece.n) * 8);
+            counts_fill_kernel<><<<1, counts_fill_threads, 0, st>>>(piece);
+            cuda_check(cudaGetLastError(), "launching the kernel writing a group launch's call descriptors");
+        }
+        P.more = static_cast<const launch_t*>(more);
+        collective_kernel<T, Op><<<P.blocks, collective_block_threads, 0, st>>>(P);
+        const cudaError_t launched = cudaGetLastError();
+        cuda_check(cudaFreeAsync(more, st), "cudaFreeAsync (a group launch's call descriptors)");
+        cuda_check(launched, "launching the collective kernel (a group launch)");
+    }
+};
+
+//! A rank's open group: nesting depth, its stream, the calls queued.
+//! Shared by the copies of one rank's transport (the communicator's
+//! handle and the futures' copies).
+struct gpu_group_state {
+    int depth = 0;
+    cudaStream_t stream = nullptr;
+    bool bypass = false; //!< set while a call that cannot be grouped runs (across nodes: its local parts)
+    std::vector<std::unique_ptr<gpu_group_item>> queued;
+};
+
 //! The GPU transport (backend/transport.hpp): a rank of a gpu_world. A
 //! cheap handle; every rank of a make_communicators call shares one world.
 //! One rank's calls must be ordered (one stream, or streams joined by events).
@@ -413,6 +490,7 @@ public:
     //! Waits for everything issued on this rank's own stream, then throws if
     //! any collective of this rank failed.
     void synchronize() const {
+        if (grouping()) group_flush(); // inside a group: launch what it queued, then wait for it
         device_guard g(device());
         cuda_check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");
         check();
@@ -533,6 +611,7 @@ public:
     template <class T>
     void enqueue_p2p(bool is_send, T* buf, std::uint64_t count, int peer, call_settings cs, void* stream_handle) {
         const std::string fn = is_send ? "chorus::send" : "chorus::recv";
+        if (grouping()) group_check_stream(stream_handle, is_send ? "send" : "recv");
         if (world_->nodes)
             throw error(errc::invalid_argument, fn + ": not available on a GPU communicator across nodes (send and "
                                                      "receive run inside one node only)");
@@ -565,13 +644,47 @@ public:
                                  std::to_string(world_->scratch_bytes) + " bytes (gpu::options::scratch_bytes); "
                                  "send from comm.alloc or registered memory, or raise scratch_bytes");
             void* staged = world_->scratch[std::size_t(rank_)];
+            group_flush(); // a group's queued calls use the scratch first
             cuda_check(cudaMemcpyAsync(staged, buf, std::size_t(bytes), cudaMemcpyDefault, st),
                        "cudaMemcpyAsync (staging a send's `buf` through the shared scratch)");
             L.buf = staged;
         }
+        group_flush(); // not grouped: after the calls a group queued before it
         p2p_kernel<><<<1, collective_block_threads, 0, st>>>(L);
         cuda_check(cudaGetLastError(), is_send ? "launching the send kernel" : "launching the recv kernel");
     }
+
+    // Group launch (collectives/gpu_group.hpp).
+
+    //! Opens (or, on the same stream, nests) this rank's group on `stream`
+    //! (null: the rank's own stream). Throws errc::invalid_argument when a
+    //! group is open on another stream.
+    void group_start(cudaStream_t stream_handle) {
+        const cudaStream_t st = stream_handle != nullptr ? stream_handle : stream();
+        if (group_->depth > 0 && st != group_->stream)
+            throw error(errc::invalid_argument, "chorus::gpu::group_start: a group is already open on this "
+                                                "communicator on another stream (`stream`)");
+        if (group_->depth == 0) group_->stream = st;
+        ++group_->depth;
+    }
+    //! Closes one level; the outermost launches every call queued, in
+    //! order, consecutive calls of one kind sharing a launch. Throws
+    //! errc::invalid_argument when no group is open.
+    void group_end() {
+        if (group_->depth == 0)
+            throw error(errc::invalid_argument, "chorus::gpu::group_end: no group is open on this communicator");
+        if (--group_->depth == 0) group_flush();
+    }
+    //! Closes one level launching nothing: every call queued so far is
+    //! dropped (how many is returned). For a group left by an exception.
+    std::size_t group_drop() noexcept {
+        const std::size_t n = group_->queued.size();
+        group_->queued.clear();
+        if (group_->depth > 0) --group_->depth;
+        return n;
+    }
+    //! True while a group is open on this rank.
+    bool in_group() const noexcept { return group_->depth > 0; }
 
     //! Collective over the ranks of this world (threads of this process):
     //! the world of this rank's color and its rank there (null world for
@@ -619,8 +732,47 @@ private:
     //! errc::invalid_argument when the scratch is too small.
     staged stage(const call& c, std::uint64_t elem_bytes, std::uint64_t schedule_scratch_elems) const;
 
+    //! Inside a group: a call on another stream than the group's is refused.
+    void group_check_stream(void* stream_handle, const char* fn) const {
+        const cudaStream_t st = stream_handle != nullptr ? static_cast<cudaStream_t>(stream_handle) : stream();
+        if (st != group_->stream)
+            throw error(errc::invalid_argument,
+                        std::string("chorus::") + fn + ": inside a chorus::gpu::group every call of the communicator "
+                            "must run on the group's stream, and `stream` is another (a call without a stream runs "
+                            "on the rank's own stream)");
+    }
+    //! Launches the calls queued by the open group (if any), in order:
+    //! runs of consecutive calls of one kind, up to its capacity, as one
+    //! launch each. The queue is empty afterwards, even when a launch fails.
+    void group_flush() const {
+        if (group_->queued.empty()) return;
+        std::vector<std::unique_ptr<gpu_group_item>> items = std::move(group_->queued);
+        group_->queued.clear();
+        device_guard guard(device());
+        std::vector<const gpu_group_item*> run;
+        for (std::size_t i = 0; i < items.size();) {
+            std::size_t j = i + 1;
+            while (j < items.size() && items[j]->kind == items[i]->kind && j - i < std::size_t(items[i]->capacity)) ++j;
+            run.clear();
+            for (std::size_t k = i; k < j; ++k) run.push_back(items[k].get());
+            items[i]->launch(run.data(), run.size(), group_->stream);
+            i = j;
+        }
+    }
+    //! Runs the calls that cannot be grouped (across nodes: their local
+    //! parts) past the open group.
+    struct group_bypass {
+        gpu_group_state& g;
+        explicit group_bypass(gpu_group_state& s) : g(s) { g.bypass = true; }
+        ~group_bypass() { g.bypass = false; }
+        group_bypass(const group_bypass&) = delete;
+        group_bypass& operator=(const group_bypass&) = delete;
+    };
+    bool grouping() const noexcept { return group_->depth > 0 && !group_->bypass; }
+
     std::shared_ptr<gpu_world> world_;
     int rank_ = 0;
+    std::shared_ptr<gpu_group_state> group_ = std::make_shared<gpu_group_state>();
 };
 
 inline int gpu_transport::rank() const noexcept { return world_->nodes ? world_->nodes_rank : rank_; }
@@ -693,8 +845,19 @@ void enqueue_across_nodes(gpu_transport& t, const call& c, const Op& op, Schedul
 
 template <class T, class Op, class Schedules>
 void gpu_transport::enqueue(const call& c, const Op& op, Schedules& s, void* stream_handle) {
-    if (world_->nodes) enqueue_across_nodes<T>(*this, c, op, s, stream_handle);
-    else enqueue_local<T>(c, op, s, stream_handle);
+    if (grouping()) group_check_stream(stream_handle, collective_name(c.coll));
+    if (world_->nodes) {
+        if (grouping()) {
+            // Across nodes: not grouped; launched after the calls queued before it.
+            group_flush();
+            const group_bypass bypass(*group_);
+            enqueue_across_nodes<T>(*this, c, op, s, stream_handle);
+            return;
+        }
+        enqueue_across_nodes<T>(*this, c, op, s, stream_handle);
+    } else {
+        enqueue_local<T>(c, op, s, stream_handle);
+    }
 }
 
 template <class T, class Op, class Schedules>
@@ -754,6 +917,21 @@ void gpu_transport::enqueue_local(const call& c, const Op& op, Schedules& s, voi
                         " x " + std::to_string(sch.channels()) + " channel(s) need " + std::to_string(blocks) +
                         " resident thread blocks, but the device holds " + std::to_string(resident) +
                         " of this kernel at once; use fewer channels (Algo's params) or fewer ranks per device");
+    // Inside a group (collectives/gpu_group.hpp) a call that moves no
+    // staged bytes and reads no counts is queued, to be launched with its
+    // neighbours of the same kind at the group's end; any other call is
+    // launched here after the calls queued before it.
+    if (grouping()) {
+        const bool plain = stg.copy_in_bytes == 0 && stg.copy_back_bytes == 0 &&
+                           !(L.sch.kind == schedule_kind::exchange && !c.counts.empty());
+        if (plain) {
+            auto item = std::make_unique<gpu_group_call<T, Op>>();
+            item->L = L;
+            group_->queued.push_back(std::move(item));
+            return;
+        }
+        group_flush();
+    }
     // The "v" collectives' counts, where the kernel can read them: this
     // rank's device counts area, written on the same stream just before
     // the kernel by kernels carrying the values as parameters (so a CUDA
@@ -780,7 +958,10 @@ void gpu_transport::enqueue_local(const call& c, const Op& op, Schedules& s, voi
         cuda_check(cudaMemcpyAsync(stg.copy_in_dst, stg.copy_in_src, std::size_t(stg.copy_in_bytes),
                                    cudaMemcpyDefault, st),
                    "cudaMemcpyAsync (staging a call's `in` through the shared scratch)");
-    collective_kernel<T, Op><<<sch.channels(), collective_block_threads, 0, st>>>(L);
+    collective_params<T, Op> P{};
+    P.first = L;
+    P.blocks = sch.channels();
+    collective_kernel<T, Op><<<P.blocks, collective_block_threads, 0, st>>>(P);
     cuda_check(cudaGetLastError(), "launching the collective kernel");
     if (stg.copy_back_bytes != 0)
         cuda_check(cudaMemcpyAsync(c.out, stg.run_out, std::size_t(stg.copy_back_bytes), cudaMemcpyDefault, st),
@@ -788,6 +969,7 @@ void gpu_transport::enqueue_local(const call& c, const Op& op, Schedules& s, voi
 }
 
 inline future gpu_transport::completion(void* stream_handle) const {
+    if (grouping()) group_flush(); // the future's event follows the queued calls' launches
     cudaStream_t st = stream_handle != nullptr ? static_cast<cudaStream_t>(stream_handle) : stream();
     device_guard guard(device());
     cudaEvent_t ev = nullptr;

@@ -112,6 +112,12 @@ struct lane_rank_area {
     //! region (this rank only).
     alignas(128) std::uint64_t ll_ack[max_lane_ranks];
     std::uint64_t ll_sent[max_lane_ranks][2];
+    //! Group launch (exec/lane_group.hpp): the barrier the blocks of this
+    //! rank's grouped launch pass between two calls. group_arrived counts
+    //! the blocks at the barrier (the last one resets it), group_gen counts
+    //! the barriers passed; both only this rank's blocks touch.
+    alignas(128) std::uint32_t group_arrived;
+    std::uint32_t group_gen;
 };
 
 //! Most address ranges a reader maps of one peer: the peer's scratch and up
