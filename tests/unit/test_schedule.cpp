@@ -338,7 +338,7 @@ TEST_CASE("every policy type describes itself as the policy value it names") {
     for (const policy& a : all)
         for (const policy& b : all) CHECK((a.id() == b.id()) == (a == b));
     CHECK(detail::policy_text(policy_of<hierarchical<direct<direct_params{2, 64}>, ring<>>>) ==
-          "hierarchical<direct<channels=2,chunk_bytes=64>,ring<channels=1,chunk_bytes=262144>>");
+          "hierarchical<direct<channels=2,chunk_bytes=64>,ring<channels=per-call,chunk_bytes=per-call>>");
     CHECK(detail::policy_text(policy_of<deterministic<>>) == "deterministic<automatic>");
 }
 
