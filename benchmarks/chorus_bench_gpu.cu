@@ -1123,12 +1123,15 @@ long long resident_blocks(coll_kind c, int dev) {
 }
 
 std::string algo_label(const std::string& a, const chorus::policy& pol, int node_size) {
-    const std::string p = "<channels=" + std::to_string(pol.tune.channels) + ",chunk=" +
-                          human_bytes(std::size_t(pol.tune.chunk_bytes)) + ">";
+    // 0: chosen per call (algo/policy.hpp resolve_tuning).
+    const std::string p =
+        "<channels=" + (pol.tune.channels == 0 ? std::string("per-call") : std::to_string(pol.tune.channels)) +
+        ",chunk=" + (pol.tune.chunk_bytes == 0 ? std::string("per-call") : human_bytes(std::size_t(pol.tune.chunk_bytes))) +
+        ">";
     if (a == "hierarchical")
         return "hierarchical<ring" + p + ",ring" + p + ">(ranks_per_node=" + std::to_string(node_size) + ")";
     if (a == "automatic")
-        return "automatic(default tunings; column 'chosen': its pick per row" +
+        return "automatic(default tunings, chosen per call; column 'chosen': its pick per row" +
                (node_size ? ", ranks_per_node=" + std::to_string(node_size) : std::string()) + ")";
     if (a == "deterministic") return "deterministic<ring" + p + ">(column 'chosen': the schedule per row)";
     return a + p;
