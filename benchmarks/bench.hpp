@@ -136,19 +136,24 @@ void with_op(op_kind o, F&& f) {
 
 
 //! A ring<> tuning from --channels x --chunk-bytes (any runs: a policy is
-//! a value); ring_default is ring<> = ring<ring_params{}>.
+//! a value); ring_default is what ring<> = ring<ring_params{}> runs on the
+//! host backends (its fields are chosen per call: there, 1 channel and
+//! 256 KiB, chorus::host_tuning).
 struct ring_choice {
     int channels;
     std::size_t chunk_bytes;
     friend constexpr bool operator==(const ring_choice&, const ring_choice&) = default;
 };
-inline constexpr ring_choice ring_default{chorus::ring_params{}.channels, chorus::ring_params{}.chunk_bytes};
+inline constexpr ring_choice ring_default{chorus::host_tuning(chorus::algorithm::ring).channels,
+                                          chorus::host_tuning(chorus::algorithm::ring).chunk_bytes};
 
 //! ring<ring_params{.channels = channels, .chunk_bytes = chunk_bytes}> as a value.
 constexpr chorus::policy ring_policy(int channels, std::size_t chunk_bytes) {
     return chorus::policy::fixed(chorus::algorithm::ring, chorus::tuning{channels, chunk_bytes});
 }
-static_assert(ring_policy(ring_default.channels, ring_default.chunk_bytes) == chorus::policy_of<chorus::ring<>>);
+static_assert(chorus::resolve_tuning(chorus::algorithm::ring, chorus::policy_of<chorus::ring<>>.tune,
+                                     chorus::collective::all_reduce, 1 << 20, 4, 0) ==
+              ring_policy(ring_default.channels, ring_default.chunk_bytes).tune);
 static_assert(ring_policy(4, 64 << 10) ==
               chorus::policy_of<chorus::ring<chorus::ring_params{4, 64 << 10}>>);
 

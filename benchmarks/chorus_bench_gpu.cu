@@ -292,8 +292,9 @@ std::span<const chorus_cli::option> option_table() {
                                "(cudaMalloc, staged through the scratch) and/or user (cudaMalloc, "
                                "comm.register_buffer: zero-copy)"},
         {"algo", 0, "LIST", algo_help},
-        {"channels", 0, "LIST", "channels (thread blocks of 512 threads per rank), each 1..32 (default 8)"},
-        {"chunk", 0, "LIST", "chunk_bytes, each at least 16; suffixes K M G (default 256K)"},
+        {"channels", 0, "LIST", "channels (thread blocks of 512 threads per rank), each 1..32, or 0: chosen per\n"
+                                "call, as the policy types' defaults are (default 8)"},
+        {"chunk", 0, "LIST", "chunk_bytes, each at least 16, or 0: chosen per call; suffixes K M G (default 256K)"},
         {"chunk-bytes", 0, "LIST"}, // chorus_bench's spelling of --chunk
         {"ranks-per-node", 0, "N", "node size for hierarchical (default: ranks/2 when that splits the ranks "
                                    "into two nodes, else CHORUS_RANKS_PER_NODE)"},
@@ -364,12 +365,13 @@ options parse_args(int argc, char** argv) {
         else if (g.is("algo")) o.algos = chorus_cli::parse_policies(v, flag);
         else if (g.is("channels")) {
             o.channels.clear();
-            for (auto c : split_list(v)) o.channels.push_back(int(parse_int(c, flag, 1, chorus::max_channels)));
+            for (auto c : split_list(v)) o.channels.push_back(int(parse_int(c, flag, 0, chorus::max_channels)));
         } else if (g.is("chunk") || g.is("chunk-bytes")) {
             o.chunks.clear();
             for (auto c : split_list(v)) {
                 const std::size_t bytes = parse_bytes(c, flag);
-                if (bytes < 16) throw usage_error{chorus_bench::cat(flag, ": ", c, " is below 16 bytes")};
+                if (bytes != 0 && bytes < 16)
+                    throw usage_error{chorus_bench::cat(flag, ": ", c, " is below 16 bytes (0: chosen per call)")};
                 o.chunks.push_back(bytes);
             }
         } else chorus_cli::unhandled(g);
@@ -538,6 +540,7 @@ struct table_summary {
 struct plan_ctx {
     const chorus::model::topology* topo = nullptr; //!< what automatic plans against
     u64 scratch_limit = 0;                         //!< the scratch per rank (0: as much as needed)
+    int channel_budget = 0;                        //!< schedule_args::channel_budget, as the transport gives it
 };
 
 struct bench {
@@ -573,7 +576,10 @@ struct bench {
     int n() const { return world; }
     int local() const { return int(ranks.size()); }
     int processes() const { return opt.processes ? world : 1; }
-    plan_ctx ctx() const { return {&topo, scratch}; }
+    //! What the communicators resolve per-call tunings against (gpu_world::channel_budget:
+    //! channel_budget_of the devices; one process per GPU: 0).
+    int channel_budget = 0;
+    plan_ctx ctx() const { return {&topo, scratch, channel_budget}; }
 };
 
 // ---------------------------------------------------------------------------
@@ -665,6 +671,7 @@ chorus::schedule_args args_for(coll_kind c, int r, int n, int root, u64 count, s
     a.commutative = coll_uses_op(c);
     a.topo = pc.topo;
     a.scratch_limit_bytes = pc.scratch_limit;
+    a.channel_budget = pc.channel_budget;
     return a;
 }
 
@@ -1151,12 +1158,15 @@ long long resident_blocks(coll_kind c, int dev) {
 }
 
 std::string algo_label(const std::string& a, const chorus::policy& pol, int node_size) {
-    const std::string p = "<channels=" + std::to_string(pol.tune.channels) + ",chunk=" +
-                          human_bytes(std::size_t(pol.tune.chunk_bytes)) + ">";
+    // 0: chosen per call (algo/policy.hpp resolve_tuning).
+    const std::string p =
+        "<channels=" + (pol.tune.channels == 0 ? std::string("per-call") : std::to_string(pol.tune.channels)) +
+        ",chunk=" + (pol.tune.chunk_bytes == 0 ? std::string("per-call") : human_bytes(std::size_t(pol.tune.chunk_bytes))) +
+        ">";
     if (a == "hierarchical")
         return "hierarchical<ring" + p + ",ring" + p + ">(ranks_per_node=" + std::to_string(node_size) + ")";
     if (a == "automatic")
-        return "automatic(default tunings; column 'chosen': its pick per row" +
+        return "automatic(default tunings, chosen per call; column 'chosen': its pick per row" +
                (node_size ? ", ranks_per_node=" + std::to_string(node_size) : std::string()) + ")";
     if (a == "deterministic") return "deterministic<ring" + p + ">(column 'chosen': the schedule per row)";
     return a + p;
@@ -1546,7 +1556,8 @@ int run(bench& B) {
     // themselves (automatic: what its picks need when it may use the default
     // gpu::options::scratch_bytes).
     const std::size_t default_scratch = chorus::gpu::options{}.scratch_bytes;
-    const plan_ctx sizing{&B.topo, default_scratch};
+    B.channel_budget = o.processes ? 0 : chorus::detail::channel_budget_of(B.devices);
+    const plan_ctx sizing{&B.topo, default_scratch, B.channel_budget};
     std::size_t scratch = 0;
     for (const std::string& a : o.algos)
         for (int ch : o.channels)

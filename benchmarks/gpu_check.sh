@@ -53,6 +53,15 @@
 #    KiB, eager (-G 0), timed one by one (8 launches per rank) and in a
 #    chorus::gpu::group (one launch per rank), both checked (--group 8;
 #    a few seconds; its table is in h_allreduce_group.log, no CSV rows);
+#    (i) calibration and defaults (a step of its own, docs/gpu.md
+#    "Calibrating automatic"): chorus_calibrate_gpu on 8 virtual ranks
+#    (--seconds 20, at most CALIBRATE_TIMEOUT, default 40 s) writes
+#    RESULTS_DIR/model-calibrated.txt; then, with CHORUS_MODEL naming it,
+#    AllReduce float, 8 virtual ranks, 8 B..256 MiB (x4): automatic (no
+#    parameters anywhere: channels and chunks chosen per call) against
+#    hand-tuned ring<>, direct<> and two_shot<> at 1 and 32 channels x
+#    1 MiB chunks and their per-call defaults (--channels 0 --chunk 0);
+#    skipped, and said, when chorus_calibrate_gpu was not built;
 # 6. writes RESULTS_DIR/gpu-<YYYY-MM-DD>.json (gpu_results_json.sh: one
 #    row per CSV row of every run: collective, algo, processes, ranks,
 #    size_bytes, time_us, moved_over_copy, nccl_time_us = null, ...; card
@@ -63,7 +72,10 @@
 #    256 MiB moved/copy >= 0.70; AllReduce 8 ranks direct, worst time over
 #    8 B..64 KiB <= 15 us), the process test per process count, and for (g)
 #    automatic's picks and how far its time is from the faster of ring<>
-#    and direct<>, and (h)'s grouped/separate speedup.
+#    and direct<>, (h)'s grouped/separate speedup;
+#    for (i) the calibration, how far calibrated automatic is
+#    from the best hand-tuned row per size (target: within 10 % at every
+#    size) and its moved/copy at 256 MiB (target >= 0.80).
 #
 # moved/copy: the bytes every rank's schedule reads and writes per call
 # over the time, divided by the D2D copy bandwidth (read + write) measured
@@ -299,6 +311,10 @@ if ((!USE_PREBUILT)); then
         TARGETS+=(data_parallel_training_gpu)
     fi
     ((SUITE_BUILT)) || TARGETS=(chorus_bench_gpu)
+    # (i): the GPU calibration tool (tools/, built with the benchmarks where CUDA is on).
+    if cmake --build "$BUILD_DIR" --target help 2>/dev/null | grep -q chorus_calibrate_gpu; then
+        TARGETS+=(chorus_calibrate_gpu)
+    fi
     echo "+ cmake --build $BUILD_DIR -j$(nproc) --target ${TARGETS[*]}"
     BUILD_START=$(date +%s)
     cmake --build "$BUILD_DIR" -j"$(nproc)" --target "${TARGETS[@]}" 2>&1 | tee -a "$RESULTS_DIR/build.log"
@@ -549,6 +565,28 @@ run_bench g_allreduce_direct_default --ranks 8 --collectives all_reduce -d float
     --channels 1 --chunk 1M "${G_SIZES[@]}"
 # (h) group launch: 8 AllReduces per rank, one by one vs in a chorus::gpu::group (--group 8), eager.
 run_bench h_allreduce_group --ranks 8 -d float --algo automatic --group 8 "${SMALL[@]}" -G 0 -n 50 -w 5
+
+# --- (i) calibration and defaults (docs/gpu.md "Calibrating automatic") -----------------
+# chorus_calibrate_gpu measures this device and writes the model file automatic loads; the
+# comparison then runs automatic with it (CHORUS_MODEL) against hand-tuned rows.
+CALIBRATE=$BUILD_DIR/tools/chorus_calibrate_gpu
+CALIBRATED_MODEL=$RESULTS_DIR/model-calibrated.txt
+if [[ ! -x $CALIBRATE ]]; then
+    CALIBRATE_STATE="NOT RUN (chorus_calibrate_gpu not built in $BUILD_DIR)"
+else
+    run_logged i_calibrate "${CALIBRATE_TIMEOUT:-40}" "$CALIBRATE" -t 8 --seconds 20 -o "$CALIBRATED_MODEL"
+    if [[ -z ${RUN_RC[i_calibrate]:-} ]]; then
+        CALIBRATE_STATE="NOT RUN (time budget spent)"
+    elif [[ ${RUN_RC[i_calibrate]} == 0 && -s $CALIBRATED_MODEL ]]; then
+        CALIBRATE_STATE="ok: $CALIBRATED_MODEL"
+        run_logged i_allreduce_defaults_calibrated "$BENCH_TIMEOUT" env CHORUS_MODEL="$CALIBRATED_MODEL" "$BENCH" \
+            --ranks 8 --collectives all_reduce -d float --algo automatic,ring,direct,two_shot \
+            --channels 0,1,32 --chunk 0,1M -b 8 -e 256M -f 4 -n 10 -w 2 \
+            --csv "$RESULTS_DIR/i_allreduce_defaults_calibrated.csv"
+    else
+        CALIBRATE_STATE="FAILED (exit ${RUN_RC[i_calibrate]}; see $RESULTS_DIR/i_calibrate.log)"
+    fi
+fi
 fi # (not --summarize)
 
 # --- summary -----------------------------------------------------------------------------
@@ -627,6 +665,24 @@ AUTO_VS=$({
     END { for (s in a) if (s in b && b[s] > 0) { n++; r = a[s] / b[s]; if (r <= 1.10) ok++
               if (r > worst) { worst = r; ws = s; wn = bn[s] } }
           if (n) printf "within 10%% at %d of %d sizes; worst %.2fx at %s (%s)", ok, n, worst, hb(ws), wn }')
+# (i): calibrated automatic over the best hand-tuned row (explicit channels, CSV column 4 > 0) per
+# size, and its moved/copy (column 20) at 256 MiB.
+CALIBRATE_STATE=${CALIBRATE_STATE:-not run}
+[[ $CALIBRATE_STATE == "not run" && -f $RESULTS_DIR/model-calibrated.txt ]] && CALIBRATE_STATE="ok (earlier run)"
+CAL_VS=$(csv i_allreduce_defaults_calibrated | awk -F, "$AWK_HB"'
+    $1 != "all_reduce" { next }
+    $3 == "automatic" { a[$12] = $14; next }
+    $4 > 0 && (!($12 in b) || $14 < b[$12]) { b[$12] = $14; bn[$12] = $3 "<" $4 "ch," hb($5) ">" }
+    END { for (s in a) if (s in b && b[s] > 0) { n++; r = a[s] / b[s]; if (r <= 1.10) ok++
+              if (r > worst) { worst = r; ws = s; wn = bn[s] } }
+          if (n) printf "within 10%% at %d of %d sizes; worst %.2fx at %s (%s)", ok, n, worst, hb(ws), wn }')
+CAL_ALL=$(csv i_allreduce_defaults_calibrated | awk -F, '
+    $1 != "all_reduce" { next }
+    $3 == "automatic" { a[$12] = $14; next }
+    $4 > 0 && (!($12 in b) || $14 < b[$12]) { b[$12] = $14 }
+    END { for (s in a) if (s in b && b[s] > 0) { n++; if (a[s] / b[s] <= 1.10) ok++ }
+          if (n) print (ok == n ? 1 : 0) }')
+CAL_RATIO=$(csv i_allreduce_defaults_calibrated | awk -F, '$1 == "all_reduce" && $3 == "automatic" && $12 == 268435456 { print $20 }' | tail -n 1)
 target() { # target VALUE OP LIMIT
     [[ -z $1 ]] && {
         echo "n/a"
@@ -725,6 +781,11 @@ done
     printf '%-48s %s\n' "AllReduce 8 ranks automatic: its picks" "${AUTO_PICKS:-n/a}"
     printf '%-48s %s\n' "automatic vs faster of ring<>/direct<>" "${AUTO_VS:-n/a}"
     printf '%-48s %s\n' "8 AllReduces grouped vs one by one (8 ranks)" "${GROUP_SPEEDUP:-n/a}"
+    printf '%-48s %s\n' "(i) calibration (chorus_calibrate_gpu, 8 ranks)" "$CALIBRATE_STATE"
+    printf '%-48s %-52s target all: %s\n' "(i) calibrated automatic vs best hand-tuned" "${CAL_VS:-n/a}" \
+        "$(target "$CAL_ALL" '>=' 1)"
+    printf '%-48s %-52s target >= 0.80: %s\n' "(i) automatic 8 ranks x 256 MiB moved/copy" "${CAL_RATIO:-n/a}" \
+        "$(target "$CAL_RATIO" '>=' 0.80)"
     if ((${#BUDGET_SKIPPED[@]})); then
         printf '%-48s %s\n' "NOT RUN (GPU_CHECK_BUDGET=$GPU_CHECK_BUDGET s spent)" "${BUDGET_SKIPPED[*]}"
     fi

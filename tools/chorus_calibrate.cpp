@@ -31,6 +31,7 @@
 
 #include <chorus/chorus.hpp>
 #include <chorus/model/cost.hpp>
+#include <chorus/model/fit.hpp>
 
 #include "cli.hpp" // the command line and the collectives by name, shared with the benchmarks
 #if defined(CHORUS_CALIBRATE_MPI) // chorus_calibrate_mpi: the same tool on communicator<mpi>
@@ -526,43 +527,27 @@ std::string measure_corrections(const options& o, int n, model::topology& t) {
     std::string out = "# corrections (measured / first-order prediction) at 8 B * 4^i, from " +
                       std::to_string(grid.size()) + " sizes, interleaved; the other grid sizes repeat the nearest\n";
     for (std::size_t q = 0; q < S; ++q) {
-        model::correction k{};
-        k.coll = to_collective(plan[q].kind);
-        k.algo = plan[q].algo;
-        k.nranks = n;
-        double r[G] = {};
-        bool have[G] = {};
+        const collective c = to_collective(plan[q].kind);
+        std::vector<model::measurement> pts;
+        double lo = 0, hi = 0;
         for (std::size_t i = 0; i < grid.size(); ++i) {
             const std::size_t count = call_count(plan[q].kind, grid[i], n);
             if (count == 0 || !(m[q][i] > 0)) continue;
             const double bytes = call_bytes(plan[q].kind, count, n);
-            const double pred = model::predict_uncorrected(k.coll, k.algo, n, bytes, t);
+            pts.push_back({bytes, m[q][i]});
+            const double pred = model::predict_uncorrected(c, plan[q].algo, n, bytes, t);
             if (!(pred > 0)) continue;
-            const int g = int(std::lround(std::log2(grid[i] / 8) / 2));
-            r[g] = m[q][i] / pred;
-            have[g] = true;
+            const double r = m[q][i] / pred;
+            lo = lo == 0 ? r : std::min(lo, r);
+            hi = std::max(hi, r);
         }
-        int first = -1, last = -1;
-        for (int g = 0; g < G; ++g)
-            if (have[g]) {
-                if (first < 0) first = g;
-                last = g;
-            }
-        if (first < 0) continue;
-        for (int g = 0; g < G; ++g) {
-            if (!have[g]) { // nearest measured
-                int best = first;
-                for (int h = first; h <= last; ++h)
-                    if (have[h] && std::abs(h - g) < std::abs(best - g)) best = h;
-                r[g] = r[best];
-            }
-            k.ratio[g] = float(r[g]);
-        }
-        if (t.correction_count < model::max_corrections) t.corrections[t.correction_count++] = k;
+        // measured / predicted at each grid size, the nearest measured one elsewhere (model/fit.hpp).
+        model::correction k{};
+        if (!model::fit_correction(t, c, plan[q].algo, n, t.ranks_per_node, pts, k)) continue;
+        model::set_correction(t, k);
         char line[160];
         std::snprintf(line, sizeof line, "#   %s %s: %.2f .. %.2f\n", model::algorithm_name(k.algo),
-                      coll_name(plan[q].kind), *std::min_element(r + first, r + last + 1),
-                      *std::max_element(r + first, r + last + 1));
+                      coll_name(plan[q].kind), lo, hi);
         out += line;
     }
     return out;

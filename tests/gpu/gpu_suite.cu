@@ -1209,7 +1209,7 @@ void bad_input(const std::vector<int>& devs) {
                    "%s reduce with a non-commutative operator not refused", name.c_str());
             g_cases += 2;
         }
-        const policy bad_tunings[] = {policy::fixed(algorithm::ring, {0, 1 << 16}),
+        const policy bad_tunings[] = {policy::fixed(algorithm::ring, {-1, 1 << 16}),
                                       policy::fixed(algorithm::direct, {chorus::max_channels + 1, 1 << 16}),
                                       policy::fixed(algorithm::two_shot, {1, 8})};
         for (const policy& p : bad_tunings) {

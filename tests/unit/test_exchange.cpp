@@ -765,7 +765,7 @@ TEST_CASE("exchange collectives reject bad input naming the argument") {
                                                 false);
         }, "reorders operands");
         expect([&] {
-            chorus::detail::all_to_all_run(comm, chorus::policy::fixed(chorus::algorithm::ring, {0, 256}), ca,
+            chorus::detail::all_to_all_run(comm, chorus::policy::fixed(chorus::algorithm::ring, {-1, 256}), ca,
                                            std::span(b), false);
         }, "channel(s)");
         expect([&] {

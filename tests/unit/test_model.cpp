@@ -7,6 +7,7 @@
 #include <chorus/algo/automatic.hpp>
 #include <chorus/model/cost.hpp>
 #include <chorus/model/file.hpp>
+#include <chorus/model/fit.hpp>
 
 #include <doctest/doctest.h>
 
@@ -15,6 +16,8 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -534,4 +537,136 @@ TEST_CASE("automatic: the pick follows the topology it is given, its scratch lim
     a.topo = &no_split;
     a.node_size = 0;
     CHECK(chorus::automatic::choose(a) != algorithm::hierarchical);
+}
+
+TEST_CASE("calibration: corrections fitted to measurements move automatic's crossover, and survive the file") {
+    // Synthetic measurements of 8 GPU ranks (what chorus_calibrate_gpu feeds
+    // fit_correction): direct<> 20 us + S / 50 GB/s, two_shot<> 60 us +
+    // S / 100 GB/s, so two_shot<> is faster from S = 4 MB on; the logarithmic
+    // ones far slower. The first-order GPU model alone switches far earlier.
+    const model::topology base = model::gpu_cluster_topology(0);
+    auto direct_s = [](double S) { return 20e-6 + S / 50e9; };
+    auto two_shot_s = [](double S) { return 60e-6 + S / 100e9; };
+    std::vector<model::measurement> md, mt, slow;
+    for (int i = 0; i < model::correction_points; ++i) {
+        const double S = model::correction::grid_bytes(i);
+        md.push_back({S, direct_s(S)});
+        mt.push_back({S, two_shot_s(S)});
+        slow.push_back({S, 1.0});
+    }
+    chorus::schedule_args a{collective::all_reduce, 0, 8, 0, 0, 4, false, 0};
+    a.commutative = false; // candidates: direct, two_shot, recursive_doubling, rabenseifner
+    a.channel_budget = 32;
+    auto first_two_shot = [&a](const model::topology& t) { // the least size (x 2 steps) automatic runs two_shot at
+        a.topo = &t;
+        for (std::uint64_t bytes = 64; bytes <= (std::uint64_t(1) << 30); bytes *= 2) {
+            a.count = bytes / 4;
+            if (chorus::automatic::choose(a) == algorithm::two_shot) return bytes;
+        }
+        return std::uint64_t(0);
+    };
+    const std::uint64_t before = first_two_shot(base);
+    CHECK(before > 0);
+    CHECK(before <= (256u << 10)); // the built-in GPU model switches at tens of KiB
+    model::topology t = base;
+    for (const auto& [algo, m] : {std::pair{algorithm::direct, &md}, std::pair{algorithm::two_shot, &mt},
+                                  std::pair{algorithm::recursive_doubling, &slow},
+                                  std::pair{algorithm::rabenseifner, &slow}}) {
+        model::correction k{};
+        REQUIRE(model::fit_correction(base, collective::all_reduce, algo, 8, 0, *m, k));
+        model::set_correction(t, k);
+    }
+    CHECK(t.correction_count == 4);
+    // The calibrated model reproduces the measurements at the grid sizes.
+    for (int i = 0; i < model::correction_points; ++i) {
+        const double S = model::correction::grid_bytes(i);
+        CHECK(model::predict(collective::all_reduce, algorithm::direct, 8, S, t) == doctest::Approx(direct_s(S)).epsilon(1e-5));
+        CHECK(model::predict(collective::all_reduce, algorithm::two_shot, 8, S, t) ==
+              doctest::Approx(two_shot_s(S)).epsilon(1e-5));
+    }
+    // The crossover moved to where the measurements put it (4 MB, between the grid sizes 2 MiB and
+    // 8 MiB: the interpolated corrections place it within that step).
+    const std::uint64_t after = first_two_shot(t);
+    MESSAGE("automatic's direct -> two_shot crossover: built-in GPU model " << before << " B, calibrated " << after
+                                                                              << " B");
+    CHECK(after >= (2u << 20));
+    CHECK(after <= (8u << 20));
+    // Through the model file (what automatic loads via CHORUS_MODEL): the same picks.
+    const model::topology back = model::parse(model::to_text(t), "calibrated");
+    REQUIRE(back.correction_count == 4);
+    for (int i = 0; i < 4; ++i)
+        for (int g = 0; g < model::correction_points; ++g)
+            CHECK(back.corrections[i].ratio[g] == t.corrections[i].ratio[g]);
+    CHECK(first_two_shot(back) == after);
+    // Refitting replaces the correction of the same key; other rank counts are kept apart.
+    model::correction k{};
+    REQUIRE(model::fit_correction(base, collective::all_reduce, algorithm::direct, 8, 0, mt, k));
+    model::set_correction(t, k);
+    CHECK(t.correction_count == 4);
+    REQUIRE(model::fit_correction(base, collective::all_reduce, algorithm::direct, 4, 0, md, k));
+    model::set_correction(t, k);
+    CHECK(t.correction_count == 5);
+}
+
+TEST_CASE("calibration: fit_correction's grid, gaps and refusals") {
+    const model::topology base = model::gpu_cluster_topology(0);
+    CHECK(model::correction_index(8) == 0);
+    CHECK(model::correction_index(8192) == 5);
+    CHECK(model::correction_index(10000) == 5);
+    CHECK(model::correction_index(128.0 * 1024 * 1024) == 12);
+    CHECK(model::correction_index(1e12) == -1); // far above the grid
+    CHECK(model::correction_index(0) == -1);
+    // Two measurements (32 B and 32 KiB): every other grid point repeats the nearest.
+    const double p32 = model::predict_uncorrected(collective::all_reduce, algorithm::ring, 8, 32, base, 0);
+    const double p32k = model::predict_uncorrected(collective::all_reduce, algorithm::ring, 8, 32768, base, 0);
+    const model::measurement m[] = {{32, 2 * p32}, {32768, 3 * p32k}, {32, -1.0}, {5e13, 1.0}};
+    model::correction k{};
+    REQUIRE(model::fit_correction(base, collective::all_reduce, algorithm::ring, 8, 0, m, k));
+    CHECK(k.nranks == 8);
+    CHECK(k.algo == algorithm::ring);
+    CHECK(k.ratio[0] == doctest::Approx(2));  // nearest: 32 B
+    CHECK(k.ratio[1] == doctest::Approx(2));  // 32 B itself
+    CHECK(k.ratio[3] == doctest::Approx(2));  // 512 B: 32 B is 2 steps away, 32 KiB 3
+    CHECK(k.ratio[5] == doctest::Approx(3));  // 32 KiB
+    CHECK(k.ratio[12] == doctest::Approx(3)); // above: the last measured
+    // Nothing usable: false, `out` untouched; fewer than 2 ranks: refused.
+    const model::measurement none[] = {{0, 1.0}, {64, 0.0}};
+    model::correction untouched{};
+    untouched.nranks = 77;
+    CHECK(!model::fit_correction(base, collective::all_reduce, algorithm::ring, 8, 0, none, untouched));
+    CHECK(untouched.nranks == 77);
+    CHECK_THROWS_AS(model::fit_correction(base, collective::all_reduce, algorithm::ring, 1, 0, m, k), chorus::error);
+    // A full topology refuses a new key.
+    model::topology full{};
+    for (int i = 0; i < model::max_corrections; ++i) {
+        model::correction x{};
+        x.nranks = 2 + i;
+        model::set_correction(full, x);
+    }
+    CHECK(full.correction_count == model::max_corrections);
+    model::correction extra{};
+    extra.nranks = 1000;
+    CHECK_THROWS_AS(model::set_correction(full, extra), chorus::error);
+}
+
+TEST_CASE("automatic on a GPU transport: its candidates run with per-call channels, on the host with one") {
+    const model::topology gpu = model::gpu_cluster_topology(0);
+    chorus::schedule_args a{collective::all_reduce, 0, 8, 0, (256u << 20) / 4, 4, false, 0};
+    a.topo = &gpu;
+    a.channel_budget = 32; // 8 virtual ranks on a 132-SM device
+    for (const bool commutative : {true, false}) {
+        a.commutative = commutative;
+        const chorus::any_schedule big = chorus::make_schedule<chorus::automatic>(a);
+        INFO("commutative " << commutative << ": picked " << model::algorithm_name(chorus::automatic::choose(a)));
+        CHECK(big.channels() == 32);
+        a.count = 2; // small calls: one channel
+        CHECK(chorus::make_schedule<chorus::automatic>(a).channels() == 1);
+        a.channel_budget = 0; // a host transport: the host values, one channel at every size
+        a.count = (256u << 20) / 4;
+        CHECK(chorus::make_schedule<chorus::automatic>(a).channels() == 1);
+        a.channel_budget = 32;
+    }
+    // A budget of 8 (e.g. 32 ranks on one device) caps every candidate.
+    a.channel_budget = 8;
+    CHECK(chorus::make_schedule<chorus::automatic>(a).channels() == 8);
 }

@@ -291,13 +291,13 @@ TEST_CASE("hierarchical schedules: one type, the same unit count on every rank, 
 TEST_CASE("every policy type describes itself as the policy value it names") {
     static_assert(policy_of<ring<ring_params{3, 4096}>> == policy::fixed(algorithm::ring, {3, 4096}));
     static_assert(policy_of<ring<>> == policy::fixed(algorithm::ring));
-    static_assert(policy_of<direct<>> == policy::fixed(algorithm::direct, {1, 1 << 20}));
-    static_assert(policy_of<tree<>> == policy::fixed(algorithm::tree, {1, 128 << 10}));
+    static_assert(policy_of<direct<>> == policy::fixed(algorithm::direct, per_call_tuning));
+    static_assert(policy_of<tree<>> == policy::fixed(algorithm::tree, per_call_tuning));
     static_assert(policy_of<recursive_doubling<recursive_params{2, 64}>> == policy::fixed(algorithm::recursive_doubling, {2, 64}));
     static_assert(policy_of<rabenseifner<>> == policy::fixed(algorithm::rabenseifner));
     static_assert(policy_of<two_shot<recursive_params{4, 16}>> == policy::fixed(algorithm::two_shot, {4, 16}));
     static_assert(policy_of<hierarchical<>> ==
-                  policy::hierarchical(algorithm::ring, {1, 256 << 10}, algorithm::ring, {1, 256 << 10}));
+                  policy::hierarchical(algorithm::ring, per_call_tuning, algorithm::ring, per_call_tuning));
     static_assert(policy_of<hierarchical<direct<direct_params{2, 64}>, ring<ring_params{1, 32}>>> ==
                   policy::hierarchical(algorithm::direct, {2, 64}, algorithm::ring, {1, 32}));
     static_assert(policy_of<automatic> == policy::automatic() && policy_of<automatic>.choose);
@@ -338,7 +338,7 @@ TEST_CASE("every policy type describes itself as the policy value it names") {
     for (const policy& a : all)
         for (const policy& b : all) CHECK((a.id() == b.id()) == (a == b));
     CHECK(detail::policy_text(policy_of<hierarchical<direct<direct_params{2, 64}>, ring<>>>) ==
-          "hierarchical<direct<channels=2,chunk_bytes=64>,ring<channels=1,chunk_bytes=262144>>");
+          "hierarchical<direct<channels=2,chunk_bytes=64>,ring<channels=per-call,chunk_bytes=per-call>>");
     CHECK(detail::policy_text(policy_of<deterministic<>>) == "deterministic<automatic>");
 }
 

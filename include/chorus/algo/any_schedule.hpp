@@ -123,11 +123,39 @@ struct any_schedule {
     }
 };
 
+//! The nccl-tests size of call `a` in bytes (AllGather / ReduceScatter:
+//! all n blocks).
+CHORUS_HD constexpr std::uint64_t call_size_of(const schedule_args& a) {
+    const bool blocks = a.coll == collective::all_gather || a.coll == collective::reduce_scatter;
+    return a.count * a.elem_bytes * (blocks ? std::uint64_t(a.nranks > 0 ? a.nranks : 1) : 1u);
+}
+
+//! Tuning `t` of algorithm `algo` for call `a`, its 0 fields chosen per
+//! call (resolve_tuning in algo/policy.hpp, against a.channel_budget).
+constexpr tuning resolved_tuning(algorithm algo, tuning t, const schedule_args& a) {
+    return resolve_tuning(algo, t, a.coll, call_size_of(a), a.nranks, a.channel_budget);
+}
+
+//! Policy `p` (one that names its algorithm) with every 0 field of its
+//! tunings chosen for call `a`: hierarchical<>'s against Intra and Inter.
+constexpr policy resolved_policy(const policy& p, const schedule_args& a) {
+    policy r = p;
+    if (p.algo == algorithm::hierarchical) {
+        r.tune = resolved_tuning(p.intra, p.tune, a);
+        r.inter_tune = resolved_tuning(p.inter, p.inter_tune, a);
+    } else {
+        r.tune = resolved_tuning(p.algo, p.tune, a);
+    }
+    return r;
+}
+
 //! Plans the schedule of `p` for one rank's call `a`, for a policy that
 //! names its algorithm (p.choose and p.deterministic false; algo/
 //! automatic.hpp's make_schedule handles every policy). The exchange
-//! collectives run the exchange schedule whatever the algorithm.
-constexpr any_schedule make_fixed_schedule(const policy& p, const schedule_args& a) {
+//! collectives run the exchange schedule whatever the algorithm. Tuning
+//! fields left at 0 are chosen for the call first (resolved_policy).
+constexpr any_schedule make_fixed_schedule(const policy& given, const schedule_args& a) {
+    const policy p = resolved_policy(given, a);
     const tuning t = p.tune;
     if (is_exchange(a.coll)) return make_exchange_schedule(a, t.channels, t.chunk_bytes);
     const bool all_reduce = a.coll == collective::all_reduce;

@@ -14,7 +14,13 @@
 //! Candidates are the order-preserving algorithms, and when the operator
 //! is commutative (schedule_args::commutative) also ring<>, tree<> and
 //! hierarchical<> (with a node split), so non-commutative operators are
-//! safe with the default. All candidates run with their default tuning.
+//! safe with the default. All candidates run with their default tuning,
+//! chosen per call (resolve_tuning in algo/policy.hpp): on a GPU transport
+//! from the size and the channel budget (ring<> at 256 MiB on 8 virtual
+//! ranks of an H200: 32 channels, 1 MiB chunks), on the host transports the
+//! host values (1 channel). The model's first-order terms do not depend on
+//! the channels; a calibrated model file (chorus_calibrate_gpu) carries
+//! corrections measured with the per-call tunings the candidates run with.
 //!
 //! `deterministic<Algo>` guarantees that reductions are bitwise
 //! reproducible: for a given rank count every element is reduced as the
@@ -102,7 +108,7 @@ struct auto_memo {
     double figures = 0;
     std::uint64_t bytes_key = 0;
     std::uint64_t scratch_limit = 0;
-    int nranks = 0, node_size = 0;
+    int nranks = 0, node_size = 0, channel_budget = 0;
     collective coll = collective::barrier;
     bool commutative = false, in_place = false, valid = false;
     model::algorithm which = model::algorithm::ring;
@@ -116,7 +122,8 @@ struct auto_memo {
     bool matches(const schedule_args& a, const model::topology* t, double f) const {
         return valid && t == topo && a.count * a.elem_bytes == bytes_key && a.nranks == nranks &&
                a.node_size == node_size && a.coll == coll && a.commutative == commutative &&
-               a.in_place == in_place && a.scratch_limit_bytes == scratch_limit && f == figures;
+               a.in_place == in_place && a.scratch_limit_bytes == scratch_limit &&
+               a.channel_budget == channel_budget && f == figures;
     }
     //! Which of the 8 entries a call shape uses.
     static unsigned slot(const schedule_args& a) {
@@ -157,8 +164,9 @@ struct automatic {
         const double figures = detail::auto_memo::figures_of(t);
         detail::auto_memo& m = memo->entry[detail::auto_memo::slot(a)];
         if (!m.matches(a, &t, figures)) {
-            m = detail::auto_memo{&t, figures, a.count * a.elem_bytes, a.scratch_limit_bytes, a.nranks,
-                                  a.node_size, a.coll, a.commutative, a.in_place, true, pick(a, t)};
+            m = detail::auto_memo{&t,          figures,       a.count * a.elem_bytes, a.scratch_limit_bytes,
+                                  a.nranks,    a.node_size,   a.channel_budget,       a.coll,
+                                  a.commutative, a.in_place, true,                   pick(a, t)};
             // Where the memo is filled (CHORUS_DEBUG=INFO), once per call shape.
             if (detail::log_enabled(detail::log_level::info)) [[unlikely]]
                 log_choice(a, t, m.which, *memo);
@@ -290,7 +298,13 @@ inline any_schedule make_schedule(const policy& p, const schedule_args& a, detai
             two = model::best(a.coll, a.nranks, detail::call_bytes(a), t, cand, 2,
                               detail::choice_ranks_per_node(a, t)) == model::algorithm::two_shot;
         }
-        return make_fixed_schedule(policy::fixed(two ? algorithm::two_shot : algorithm::direct, p.tune), a);
+        // Fields left at 0 (Algo's defaults): on the host the values of the
+        // policy Algo names, as before they were chosen per call; on a GPU
+        // those of the algorithm that runs.
+        const algorithm runs = two ? algorithm::two_shot : algorithm::direct;
+        const algorithm named = p.algo == algorithm::hierarchical ? p.intra : p.algo;
+        const tuning t = p.choose ? p.tune : resolved_tuning(a.channel_budget > 0 ? runs : named, p.tune, a);
+        return make_fixed_schedule(policy::fixed(runs, t), a);
     }
     if (p.choose) return make_fixed_schedule(policy::fixed(automatic::choose(a, memo)), a);
     return make_fixed_schedule(p, a);

@@ -43,10 +43,13 @@
 
 namespace chorus {
 
-//! Tuning knobs of direct<>.
+//! Tuning knobs of direct<> (and of recursive_doubling<>, rabenseifner<>,
+//! two_shot<>). A field left at 0 is chosen per call (resolve_tuning in
+//! algo/policy.hpp: on GPU transports from the size and the device, on
+//! host transports 1 channel and 1 MiB); a value given is used as given.
 struct direct_params {
-    int channels = 1;                    //!< independent channels (GPU: thread blocks)
-    std::size_t chunk_bytes = 1 << 20;   //!< work granularity per channel
+    int channels = 0;             //!< independent channels (GPU: thread blocks); 0: per call
+    std::size_t chunk_bytes = 0;  //!< work granularity per channel; 0: per call
     //! protocol::ll: GPU communicators run calls that fit their LL region
     //! with the low-latency protocol (algo/ll.hpp; one channel, the two
     //! fields above unused); everything else runs as protocol::simple.
@@ -61,9 +64,10 @@ enum class direct_phase : std::uint8_t { whole, reduce_scatter, all_gather };
 //! One-shot policy: every rank reads every peer directly; reductions in rank order.
 template <direct_params P = direct_params{}>
 struct direct {
-    static_assert(P.channels >= 1, "chorus: direct<> needs channels >= 1");
+    static_assert(P.channels >= 0, "chorus: direct<> needs channels >= 1 (or 0: chosen per call)");
     static_assert(P.channels <= max_channels, "chorus: direct<> supports at most chorus::max_channels channels");
-    static_assert(P.chunk_bytes >= 16, "chorus: direct<> needs chunk_bytes >= 16");
+    static_assert(P.chunk_bytes == 0 || P.chunk_bytes >= 16,
+                  "chorus: direct<> needs chunk_bytes >= 16 (or 0: chosen per call)");
     static constexpr direct_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "direct";

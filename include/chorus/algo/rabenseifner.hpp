@@ -185,9 +185,10 @@ constexpr rabenseifner_schedule make_rabenseifner_schedule(const schedule_args& 
 //! recursive-doubling all-gather. Other collectives run direct<>.
 template <recursive_params P = recursive_params{}>
 struct rabenseifner {
-    static_assert(P.channels >= 1, "chorus: rabenseifner<> needs channels >= 1");
+    static_assert(P.channels >= 0, "chorus: rabenseifner<> needs channels >= 1 (or 0: chosen per call)");
     static_assert(P.channels <= max_channels, "chorus: rabenseifner<> supports at most chorus::max_channels channels");
-    static_assert(P.chunk_bytes >= 16, "chorus: rabenseifner<> needs chunk_bytes >= 16");
+    static_assert(P.chunk_bytes == 0 || P.chunk_bytes >= 16,
+                  "chorus: rabenseifner<> needs chunk_bytes >= 16 (or 0: chosen per call)");
     static constexpr recursive_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "rabenseifner";

@@ -162,10 +162,11 @@ constexpr recursive_doubling_schedule make_recursive_doubling_schedule(const sch
 //! The other collectives run direct<> with the same channels and chunks.
 template <recursive_params P = recursive_params{}>
 struct recursive_doubling {
-    static_assert(P.channels >= 1, "chorus: recursive_doubling<> needs channels >= 1");
+    static_assert(P.channels >= 0, "chorus: recursive_doubling<> needs channels >= 1 (or 0: chosen per call)");
     static_assert(P.channels <= max_channels,
                   "chorus: recursive_doubling<> supports at most chorus::max_channels channels");
-    static_assert(P.chunk_bytes >= 16, "chorus: recursive_doubling<> needs chunk_bytes >= 16");
+    static_assert(P.chunk_bytes == 0 || P.chunk_bytes >= 16,
+                  "chorus: recursive_doubling<> needs chunk_bytes >= 16 (or 0: chosen per call)");
     static constexpr recursive_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "recursive_doubling";

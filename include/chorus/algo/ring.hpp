@@ -57,10 +57,14 @@
 
 namespace chorus {
 
-//! Tuning knobs of ring<>, given as one aggregate: ring<{.channels = 2, .chunk_bytes = 1 << 20}>.
+//! Tuning knobs of ring<>, given as one aggregate:
+//! ring<ring_params{.channels = 2, .chunk_bytes = 1 << 20}>. A field left
+//! at 0 is chosen per call (resolve_tuning in algo/policy.hpp: on GPU
+//! transports from the size and the device, on host transports 1 channel
+//! and 256 KiB); a value given is used as given.
 struct ring_params {
-    int channels = 1;                     //!< independent channels (GPU: thread blocks)
-    std::size_t chunk_bytes = 256 << 10;  //!< pipelining granularity per channel
+    int channels = 0;             //!< independent channels (GPU: thread blocks); 0: per call
+    std::size_t chunk_bytes = 0;  //!< pipelining granularity per channel; 0: per call
 };
 
 struct ring_schedule;
@@ -71,9 +75,10 @@ enum class ring_phase : std::uint8_t { whole, reduce_scatter, all_gather };
 //! Ring algorithm policy: bandwidth-optimal, 2(n-1) latency steps for AllReduce.
 template <ring_params P = ring_params{}>
 struct ring {
-    static_assert(P.channels >= 1, "chorus: ring<> needs channels >= 1");
+    static_assert(P.channels >= 0, "chorus: ring<> needs channels >= 1 (or 0: chosen per call)");
     static_assert(P.channels <= max_channels, "chorus: ring<> supports at most chorus::max_channels channels");
-    static_assert(P.chunk_bytes >= 16, "chorus: ring<> needs chunk_bytes >= 16");
+    static_assert(P.chunk_bytes == 0 || P.chunk_bytes >= 16,
+                  "chorus: ring<> needs chunk_bytes >= 16 (or 0: chosen per call)");
     static constexpr ring_params params = P;
     static constexpr bool reorders_operands = true;
     static constexpr const char* name = "ring";

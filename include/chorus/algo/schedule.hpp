@@ -142,6 +142,11 @@ struct schedule_args {
     //! protocol::ll, automatic and deterministic<> run a call whose
     //! per-source payload fits with the LL protocol (algo/ll.hpp).
     std::uint64_t ll_limit_bytes = 0;
+    //! Channels one rank may use on a GPU transport, every rank's blocks on
+    //! a device resident at once (backend/gpu.hpp); tuning fields left at 0
+    //! (chosen per call) are resolved against it (resolve_tuning in
+    //! algo/policy.hpp). 0: a host transport (the host values).
+    int channel_budget = 0;
 };
 
 //! True when two calls have the same schedule_args (every field, but
@@ -151,7 +156,7 @@ CHORUS_HD constexpr bool same_args(const schedule_args& a, const schedule_args& 
            a.elem_bytes == b.elem_bytes && (any_in_place || a.in_place == b.in_place) && a.node_size == b.node_size &&
            a.counts == b.counts && a.commutative == b.commutative && a.topo == b.topo &&
            a.scratch_limit_bytes == b.scratch_limit_bytes && a.node_window_bytes == b.node_window_bytes &&
-           a.ll_limit_bytes == b.ll_limit_bytes;
+           a.ll_limit_bytes == b.ll_limit_bytes && a.channel_budget == b.channel_budget;
 }
 
 //! Whether one rank's call is in place as the API defines it: AllGather,

@@ -43,9 +43,11 @@
 namespace chorus {
 
 //! Tuning knobs of tree<>.
+//! A field left at 0 is chosen per call (resolve_tuning in algo/policy.hpp;
+//! host transports: 1 channel and 128 KiB); a value given is used as given.
 struct tree_params {
-    int channels = 1;                     //!< independent channels (GPU: thread blocks)
-    std::size_t chunk_bytes = 128 << 10;  //!< pipelining granularity per channel and half
+    int channels = 0;             //!< independent channels (GPU: thread blocks); 0: per call
+    std::size_t chunk_bytes = 0;  //!< pipelining granularity per channel and half; 0: per call
 };
 
 //! Where a rank sits in one binary tree.
@@ -225,9 +227,10 @@ constexpr tree_schedule make_tree_schedule(const schedule_args& a, tuning t) {
 //! ReduceScatter run ring<> with the same channels and chunk size).
 template <tree_params P = tree_params{}>
 struct tree {
-    static_assert(P.channels >= 1, "chorus: tree<> needs channels >= 1");
+    static_assert(P.channels >= 0, "chorus: tree<> needs channels >= 1 (or 0: chosen per call)");
     static_assert(P.channels <= max_channels, "chorus: tree<> supports at most chorus::max_channels channels");
-    static_assert(P.chunk_bytes >= 16, "chorus: tree<> needs chunk_bytes >= 16");
+    static_assert(P.chunk_bytes == 0 || P.chunk_bytes >= 16,
+                  "chorus: tree<> needs chunk_bytes >= 16 (or 0: chosen per call)");
     static constexpr tree_params params = P;
     static constexpr bool reorders_operands = true;
     static constexpr const char* name = "tree";

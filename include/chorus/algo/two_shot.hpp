@@ -80,9 +80,10 @@ constexpr two_shot_schedule make_two_shot_schedule(const schedule_args& a, tunin
 //! Two-shot policy: AllReduce as direct reduce-scatter + direct all-gather.
 template <recursive_params P = recursive_params{}>
 struct two_shot {
-    static_assert(P.channels >= 1, "chorus: two_shot<> needs channels >= 1");
+    static_assert(P.channels >= 0, "chorus: two_shot<> needs channels >= 1 (or 0: chosen per call)");
     static_assert(P.channels <= max_channels, "chorus: two_shot<> supports at most chorus::max_channels channels");
-    static_assert(P.chunk_bytes >= 16, "chorus: two_shot<> needs chunk_bytes >= 16");
+    static_assert(P.chunk_bytes == 0 || P.chunk_bytes >= 16,
+                  "chorus: two_shot<> needs chunk_bytes >= 16 (or 0: chosen per call)");
     static constexpr recursive_params params = P;
     static constexpr bool reorders_operands = false;
     static constexpr const char* name = "two_shot";

@@ -199,6 +199,27 @@ int resident_blocks(Kernel kernel, int dev) {
     return v;
 }
 
+//! The channels one rank may use per call where `devices` lists each
+//! rank's device: every rank's blocks on a device must be resident at once
+//! (gpu_transport::enqueue_local checks it per call), and a device holds at
+//! least collective_min_blocks_per_sm blocks of the collective kernel per
+//! SM (its __launch_bounds__), so per device that many x its SMs / its
+//! ranks; the least over the devices (every rank then resolves a call
+//! alike), clamped to 1 .. max_channels. What tuning fields left at 0 are
+//! resolved against (schedule_args::channel_budget, algo/policy.hpp).
+//! 8 ranks on one 132-SM H100/H200: 2 x 132 / 8 = 33, so 32.
+inline int channel_budget_of(const std::vector<int>& devices) {
+    int budget = max_channels;
+    for (const int d : devices) {
+        int ranks = 0;
+        for (const int x : devices) ranks += x == d;
+        int sms = 0;
+        cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d), "cudaDeviceGetAttribute");
+        budget = std::min(budget, collective_min_blocks_per_sm * sms / std::max(ranks, 1));
+    }
+    return std::max(budget, 1);
+}
+
 //! The state the ranks of one make_communicators call share.
 struct gpu_world {
     int n = 0;
@@ -207,6 +228,10 @@ struct gpu_world {
     //! given, else NVLink-class GPUs (model::gpu_cluster_topology).
     model::topology topo{};
     std::size_t scratch_bytes = 0;
+    //! schedule_args::channel_budget of every call (channel_budget_of; 0:
+    //! one process per GPU, whose ranks cannot see each other's devices:
+    //! fields left at 0 take the host values there).
+    int channel_budget = 0;
     std::vector<int> dev;                       //!< per rank
     std::vector<lane_rank_area*> areas;         //!< per rank, on its device
     std::vector<void*> scratch;                 //!< per rank, on its device
@@ -444,6 +469,8 @@ public:
     //! What the LL receive regions hold per source (0: none; one process
     //! per GPU has none yet): schedule_args::ll_limit_bytes.
     std::uint64_t ll_limit_bytes() const noexcept { return world_->proc ? 0 : world_->ll_limit; }
+    //! What tuning fields left at 0 are chosen against: schedule_args::channel_budget.
+    int channel_budget() const noexcept { return world_->channel_budget; }
     //! The CUDA device this rank runs on.
     int device() const noexcept { return world_->dev[std::size_t(rank_)]; }
     //! The stream calls without a stream argument use (owned by chorus).
@@ -1134,6 +1161,7 @@ inline std::shared_ptr<detail::gpu_world> detail::make_gpu_world(const std::vect
     w->node_size = opt.ranks_per_node;
     if (w->node_size == 0) w->node_size = detail::env_ranks_per_node(); // strict: a bad value throws
     w->topo = model::model_file_given() ? model::current() : model::gpu_cluster_topology(w->node_size);
+    w->channel_budget = detail::channel_budget_of(devices);
     if (w->node_size < 0)
         throw error(errc::invalid_argument, "chorus::gpu::make_communicators: `ranks_per_node` must be >= 0");
     // Distinct devices read each other's memory: peer access both ways.

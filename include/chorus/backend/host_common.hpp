@@ -78,9 +78,11 @@ struct descriptor {
 //! A printable name of a policy with its tuning, e.g.
 //! "ring<channels=2,chunk_bytes=65536>".
 inline std::string policy_text(const policy& p) {
-    auto one = [](algorithm a, const tuning& t) {
-        return std::string(algorithm_name(a)) + "<channels=" + std::to_string(t.channels) +
-               ",chunk_bytes=" + std::to_string(t.chunk_bytes) + ">";
+    auto one = [](algorithm a, const tuning& t) { // 0: chosen per call
+        return std::string(algorithm_name(a)) +
+               "<channels=" + (t.channels == 0 ? std::string("per-call") : std::to_string(t.channels)) +
+               ",chunk_bytes=" + (t.chunk_bytes == 0 ? std::string("per-call") : std::to_string(t.chunk_bytes)) +
+               ">";
     };
     std::string s;
     if (p.choose) s = "automatic";

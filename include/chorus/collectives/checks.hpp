@@ -100,11 +100,14 @@ constexpr bool check_reduction() {
 //! is not commutative (`commutative`: the call's operator; true for the
 //! collectives that only copy).
 inline void check_policy(collective c, const policy& p, bool commutative) {
-    auto tune_ok = [](const tuning& t) { return t.channels >= 1 && t.channels <= max_channels && t.chunk_bytes >= 16; };
+    // 0: chosen per call (resolve_tuning in algo/policy.hpp).
+    auto tune_ok = [](const tuning& t) {
+        return t.channels >= 0 && t.channels <= max_channels && (t.chunk_bytes == 0 || t.chunk_bytes >= 16);
+    };
     if (!tune_ok(p.tune))
         throw_arg(c, "the policy's tuning has " + std::to_string(p.tune.channels) + " channel(s) and chunk_bytes " +
                          std::to_string(p.tune.chunk_bytes) + "; it needs 1.." + std::to_string(max_channels) +
-                         " channels and chunk_bytes >= 16");
+                         " channels and chunk_bytes >= 16 (or 0 in either: chosen per call)");
     if (!p.choose && p.algo == algorithm::hierarchical) {
         const auto leaf = [](algorithm a) { return a == algorithm::ring || a == algorithm::direct; };
         if (!leaf(p.intra) || !leaf(p.inter))

@@ -398,6 +398,7 @@ private:
         a.scratch_limit_bytes = t_.scratch_limit_bytes();
         a.node_window_bytes = t_.node_window_bytes();
         if constexpr (requires { t_.ll_limit_bytes(); }) a.ll_limit_bytes = t_.ll_limit_bytes();
+        if constexpr (requires { t_.channel_budget(); }) a.channel_budget = t_.channel_budget();
         if (coll == collective::barrier) {
             // Every rank registers and waits for every other: a direct<>
             // AllReduce of nothing, where a transport runs it as a schedule.
