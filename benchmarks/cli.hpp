@@ -406,6 +406,18 @@ constexpr bool coll_count_per_rank(coll_kind c) {
     return c == coll_kind::all_gather || c == coll_kind::reduce_scatter;
 }
 
+//! The calibration tools' float calls: the per-call count of a call of
+//! nccl-tests size `bytes` on n ranks (the block for AllGather and
+//! ReduceScatter, the buffer otherwise; 0: too small), and the size that
+//! count really has (a whole number of floats per block).
+inline std::size_t call_count(coll_kind k, double bytes, int n) {
+    const std::size_t elems = std::size_t(bytes) / sizeof(float);
+    return coll_count_per_rank(k) ? elems / std::size_t(n) : elems;
+}
+inline double call_bytes(coll_kind k, std::size_t count, int n) {
+    return double(count) * sizeof(float) * (coll_count_per_rank(k) ? double(n) : 1.0);
+}
+
 //! nccl-tests doc/PERFORMANCE.md: busbw = algbw * factor on n ranks.
 inline double bus_factor(coll_kind c, int n) {
     switch (c) {
@@ -668,6 +680,15 @@ inline std::string timestamp_now() {
     const std::time_t t = std::time(nullptr);
     std::tm tm{};
     if (localtime_r(&t, &tm) != nullptr) std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", &tm);
+    return buf;
+}
+
+//! A "YYYY-MM-DD HH:MM:SS UTC" stamp of now: the model files' header.
+inline std::string utc_now() {
+    char buf[32] = "";
+    const std::time_t t = std::time(nullptr);
+    std::tm tm{};
+    if (gmtime_r(&t, &tm) != nullptr) std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
     return buf;
 }
 

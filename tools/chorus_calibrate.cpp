@@ -57,11 +57,14 @@ namespace {
 
 using chorus::collective;
 using chorus_cli::all_colls;
+using chorus_cli::call_bytes;
+using chorus_cli::call_count;
 using chorus_cli::cat;
 using chorus_cli::coll_kind;
 using chorus_cli::coll_name;
 using chorus_cli::to_collective;
 using chorus_cli::usage_error;
+using chorus_cli::utc_now;
 namespace model = chorus::model;
 #if defined(CHORUS_CALIBRATE_MPI)
 using comm_type = chorus::communicator<chorus::mpi>;
@@ -230,17 +233,6 @@ double statistic(std::vector<double> v, bool use_min) {
     if (use_min) return v.front();
     const std::size_t m = v.size() / 2;
     return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-//! Per-rank element counts of a call of nccl-tests size `bytes` (floats):
-//! the block for AllGather/ReduceScatter, the buffer otherwise. 0: too small.
-std::size_t call_count(coll_kind k, double bytes, int n) {
-    const std::size_t elems = std::size_t(bytes) / sizeof(float);
-    return chorus_cli::coll_count_per_rank(k) ? elems / std::size_t(n) : elems;
-}
-//! The size the call really has (a whole number of floats per block).
-double call_bytes(coll_kind k, std::size_t count, int n) {
-    return double(count) * sizeof(float) * (chorus_cli::coll_count_per_rank(k) ? double(n) : 1.0);
 }
 
 //! What one rank needs to time calls: its buffers (at the largest size,
@@ -485,16 +477,6 @@ std::array<double, 3> fit(const std::vector<sample>& v) {
         }
     }
     return best;
-}
-
-
-std::string utc_now() {
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-    return buf;
 }
 
 //! Times every correction_plan series at the correction grid sizes within

@@ -62,11 +62,14 @@
 
 namespace {
 
+using chorus_cli::call_bytes;
+using chorus_cli::call_count;
 using chorus_cli::cat;
 using chorus_cli::coll_kind;
 using chorus_cli::coll_name;
 using chorus_cli::to_collective;
 using chorus_cli::usage_error;
+using chorus_cli::utc_now;
 namespace model = chorus::model;
 using clock_type = std::chrono::steady_clock;
 
@@ -167,16 +170,6 @@ std::vector<model::algorithm> series_of(coll_kind k) {
     case coll_kind::reduce: return {algorithm::ring, algorithm::direct, algorithm::tree};
     }
     return {};
-}
-
-//! Per-rank element count of a call of nccl-tests size `bytes` (floats): the
-//! block for AllGather/ReduceScatter, the buffer otherwise. 0: too small.
-std::size_t call_count(coll_kind k, double bytes, int n) {
-    const std::size_t elems = std::size_t(bytes) / sizeof(float);
-    return chorus_cli::coll_count_per_rank(k) ? elems / std::size_t(n) : elems;
-}
-double call_bytes(coll_kind k, std::size_t count, int n) {
-    return double(count) * sizeof(float) * (chorus_cli::coll_count_per_rank(k) ? double(n) : 1.0);
 }
 
 struct rank_state {
@@ -330,15 +323,6 @@ std::vector<std::pair<int, double>> copy_bandwidth(world& w) {
         out.emplace_back(rs.dev, best_ms > 0 ? 2.0 * double(bytes) / (double(best_ms) * 1e-3) : 0.0);
     }
     return out;
-}
-
-std::string utc_now() {
-    const std::time_t now = std::time(nullptr);
-    std::tm tm{};
-    gmtime_r(&now, &tm);
-    char buf[32];
-    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
-    return buf;
 }
 
 std::string bytes_text(double b) {
