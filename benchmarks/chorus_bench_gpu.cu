@@ -772,6 +772,20 @@ void sync_all(bench& B) { // this process's ranks
     for (auto& c : B.comms) c.check();
 }
 
+//! The wrong elements this process's ranks counted (their device
+//! counters), once their work is done.
+u64 wrong_here(bench& B) {
+    sync_all(B);
+    u64 wrong = 0;
+    for (const rank_state& rs : B.ranks) {
+        unsigned long long w = 0;
+        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
+        cuda_ok(cudaMemcpy(&w, rs.wrong, sizeof w, cudaMemcpyDeviceToHost), "cudaMemcpy");
+        wrong += w;
+    }
+    return wrong;
+}
+
 template <class T>
 void launch_fill(const rank_state& rs, T* p, u64 count, const expect_spec& e) {
     if (count == 0) return;
@@ -856,15 +870,7 @@ u64 check_once(bench& B, const chorus::policy& pol, coll_kind c, u64 count, int 
             launch_count<T>(rs, in, in_count, mine);
         }
     }
-    sync_all(B);
-    u64 wrong = 0;
-    for (const rank_state& rs : B.ranks) {
-        unsigned long long w = 0;
-        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-        cuda_ok(cudaMemcpy(&w, rs.wrong, sizeof w, cudaMemcpyDeviceToHost), "cudaMemcpy");
-        wrong += w;
-    }
-    return across_sum(B, wrong); // --processes: over every process's ranks
+    return across_sum(B, wrong_here(B)); // --processes: over every process's ranks
 }
 
 //! What one row's timing gives: seconds per call, and the host's seconds
@@ -1436,15 +1442,7 @@ u64 check_group(bench& B, const chorus::policy& pol, u64 count, bool grouped) {
             launch_count<T>(rs, out + count, stride - count, sent); // the gap to the next call's result
         }
     }
-    sync_all(B);
-    u64 wrong = 0;
-    for (const rank_state& rs : B.ranks) {
-        unsigned long long w = 0;
-        cuda_ok(cudaSetDevice(rs.dev), "cudaSetDevice");
-        cuda_ok(cudaMemcpy(&w, rs.wrong, sizeof w, cudaMemcpyDeviceToHost), "cudaMemcpy");
-        wrong += w;
-    }
-    return wrong;
+    return wrong_here(B);
 }
 
 //! --group N: per size, N AllReduces per rank timed one by one (N launches
