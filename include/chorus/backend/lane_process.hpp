@@ -584,15 +584,8 @@ public:
                                                 what);
         } catch (const error& e) {
             refused = error(e.code(), fn + ": " + e.what());
-            f.refused = 1;
         }
-        publish(k, f, fn);
-        if (refused) {
-            finish(k);
-            throw *refused;
-        }
-        wait_all(k, &lane_reg_slot::seq, fn);
-        agree(k, f, fn);
+        trade(k, f, refused, fn);
         registration g{k, f.base, bytes, std::vector<lane_mapping>(std::size_t(n_)),
                        std::vector<lane_range>(std::size_t(n_))};
         int q = 0;
@@ -640,15 +633,8 @@ public:
                             fn + ": " + what + " (" + std::to_string(handle) +
                                 ") is not a live registration of this world (never returned by register_range, or "
                                 "deregistered already)");
-            f.refused = 1;
         }
-        publish(k, f, fn);
-        if (refused) {
-            finish(k);
-            throw *refused;
-        }
-        wait_all(k, &lane_reg_slot::seq, fn);
-        agree(k, f, fn);
+        trade(k, f, refused, fn);
         close_all(*it);
         regs_.erase(it);
         rebuild_maps();
@@ -850,6 +836,20 @@ private:
         s.base = f.base;
         s.bytes = f.bytes;
         std::atomic_ref<std::uint64_t>(s.seq).store(k, std::memory_order_release);
+    }
+    //! One registration call's exchange: publishes `f` (marked refused when
+    //! this rank refused the call: then finishes it and throws `refused`,
+    //! its peers see the refusal), waits for every peer's call `k` and
+    //! checks that all made the same one (agree).
+    void trade(std::uint64_t k, lane_reg_slot& f, const std::optional<error>& refused, const std::string& fn) {
+        f.refused = refused ? 1 : 0;
+        publish(k, f, fn);
+        if (refused) {
+            finish(k);
+            throw *refused;
+        }
+        wait_all(k, &lane_reg_slot::seq, fn);
+        agree(k, f, fn);
     }
     void finish(std::uint64_t k) noexcept {
         std::atomic_ref<std::uint64_t>(slot(rank_).done).store(k, std::memory_order_release);
