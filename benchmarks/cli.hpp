@@ -683,6 +683,21 @@ inline std::string timestamp_now() {
     return buf;
 }
 
+//! Writes `text` to the file `path`, or to stdout when `path` is empty or
+//! "-"; `flag` names the option in the errors (usage_error). Returns
+//! whether a file was written.
+inline bool write_output(const std::string& path, const std::string& text, const char* flag = "-o") {
+    if (path.empty() || path == "-") {
+        std::fputs(text.c_str(), stdout);
+        return false;
+    }
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) throw usage_error{cat(flag, ": cannot write ", path)};
+    std::fputs(text.c_str(), f);
+    if (std::fclose(f) != 0) throw usage_error{cat(flag, ": error writing ", path)};
+    return true;
+}
+
 //! A "YYYY-MM-DD HH:MM:SS UTC" stamp of now: the model files' header.
 inline std::string utc_now() {
     char buf[32] = "";

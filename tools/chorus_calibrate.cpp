@@ -538,13 +538,7 @@ std::string measure_corrections(const options& o, int n, model::topology& t) {
 //! Writes the topology file (-o, default stdout); rank 0 only.
 void write_model(const options& o, const std::string& text) {
     if (g_rank != 0) return;
-    if (o.output.empty() || o.output == "-") {
-        std::fputs(text.c_str(), stdout);
-    } else {
-        std::FILE* f = std::fopen(o.output.c_str(), "w");
-        if (f == nullptr) throw usage_error{"-o: cannot write " + o.output};
-        std::fputs(text.c_str(), f);
-        if (std::fclose(f) != 0) throw usage_error{"-o: error writing " + o.output};
+    if (chorus_cli::write_output(o.output, text)) {
         std::fputs(text.c_str(), stderr);
         std::fprintf(stderr, "chorus_calibrate: wrote %s\n", o.output.c_str());
     }

@@ -487,13 +487,7 @@ int run(const options& o) {
     text += "# fastest measured, by size (automatic's crossovers follow these):\n" + fastest;
     text += notes;
     text += model::to_text(t);
-    if (o.output.empty() || o.output == "-") {
-        std::fputs(text.c_str(), stdout);
-    } else {
-        std::FILE* f = std::fopen(o.output.c_str(), "w");
-        if (f == nullptr) throw usage_error{"-o: cannot write " + o.output};
-        std::fputs(text.c_str(), f);
-        if (std::fclose(f) != 0) throw usage_error{"-o: error writing " + o.output};
+    if (chorus_cli::write_output(o.output, text)) {
         // Read back as automatic will (model::load_file): the same corrections.
         const model::topology back = model::load_file(o.output);
         if (back.correction_count != t.correction_count)
