@@ -647,7 +647,10 @@ TEST_CASE("lane executor, one process per rank: ring<> and direct<> x every coll
     for (int n : {2, 3, 4}) {
         CAPTURE(n);
         const auto t0 = std::chrono::steady_clock::now();
-        const auto kids = fork_ranks(n, std::chrono::milliseconds(20000), [n](int rank, const unique_id& id, int fd) {
+        // A hang guard, not a speed check: the whole matrix per n, which a
+        // loaded 2-core machine (sanitizers, a build beside it) once ran
+        // past 20 s.
+        const auto kids = fork_ranks(n, std::chrono::milliseconds(60000), [n](int rank, const unique_id& id, int fd) {
             return matrix_child(rank, n, id, fd);
         });
         check_children(kids);
