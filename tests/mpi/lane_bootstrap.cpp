@@ -55,12 +55,7 @@ int main(int argc, char** argv) {
         L.in = in;
         L.out = out;
         L.scratch = reinterpret_cast<float*>(w.scratch());
-        L.sig.count = count;
-        L.sig.elem_bytes = sizeof(float);
-        L.sig.type_id = detail::type_hash<float>();
-        L.sig.op_id = detail::type_hash<sum>();
-        L.sig.algo_id = pol.id();
-        L.sig.shape = detail::call_signature::make_shape(collective::all_reduce, L.sch.channels(), 0);
+        L.sig = chorus_test::lane_signature_of<float, sum>(collective::all_reduce, L.sch.channels(), 0, count, pol.id());
         L.timeout_ns = 20000ull * 1000000ull;
         L.op.set(sum{});
         if (chorus_test::run_rank_lanes(L, 2) != detail::status::ok) {

@@ -82,6 +82,25 @@ void start_lane_groups(const chorus::detail::lane_launch<T, Op, Schedule>& L, in
     }
 }
 
+//! The signature of one rank's call of (T, Op) by the policy with id
+//! `algo_id` on `channels` channels, as the GPU backend fills
+//! lane_launch::sig (`count`: the "v" collectives' sum of counts, whose
+//! fingerprint is `counts_id`).
+template <class T, class Op>
+chorus::detail::call_signature lane_signature_of(chorus::collective coll, int channels, int root,
+                                                 std::uint64_t count, std::uint64_t algo_id,
+                                                 std::uint64_t counts_id = 0) {
+    chorus::detail::call_signature s{};
+    s.count = count;
+    s.counts_id = counts_id;
+    s.elem_bytes = sizeof(T);
+    s.shape = chorus::detail::call_signature::make_shape(coll, channels, root);
+    s.type_id = chorus::detail::type_hash<T>();
+    s.op_id = chorus::detail::type_hash<Op>();
+    s.algo_id = algo_id;
+    return s;
+}
+
 //! Runs every channel of one rank's launch, each a group of `lanes`
 //! threads, to the end; the first channel's failure, else ok.
 template <class T, class Op, class Schedule>

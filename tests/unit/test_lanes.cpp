@@ -89,13 +89,7 @@ detail::lane_launch<T, Op, any_schedule> make_launch(lane_world_host& w, const p
     L.out = out;
     scratch.resize(std::size_t(L.sch.scratch_elems()) + 1);
     L.scratch = scratch.data();
-    L.sig = {};
-    L.sig.count = cnt;
-    L.sig.elem_bytes = sizeof(T);
-    L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), root);
-    L.sig.type_id = detail::type_hash<T>();
-    L.sig.op_id = detail::type_hash<Op>();
-    L.sig.algo_id = p.id();
+    L.sig = chorus_test::lane_signature_of<T, Op>(coll, L.sch.channels(), root, cnt, p.id());
     L.timeout_ns = timeout_ms * 1000000ull;
     L.op.set(op);
     return L;
@@ -701,16 +695,11 @@ void check_exchange(const named_policy& p, const exchange_run& x, int lanes, boo
         L.rank = r;
         L.in = in[ru];
         L.out = out[ru];
-        L.sig = {};
         std::uint64_t sum_counts = 0;
         for (std::uint64_t k : caller[ru]) sum_counts += k;
-        L.sig.count = v ? sum_counts : x.count;
-        L.sig.counts_id = v ? detail::counts_hash(caller[ru].data(), caller[ru].size()) : 0;
-        L.sig.elem_bytes = sizeof(T);
-        L.sig.shape = detail::call_signature::make_shape(x.coll, L.sch.channels(), 0);
-        L.sig.type_id = detail::type_hash<T>();
-        L.sig.op_id = detail::type_hash<Op>();
-        L.sig.algo_id = p.pol.id();
+        L.sig = chorus_test::lane_signature_of<T, Op>(x.coll, L.sch.channels(), 0, v ? sum_counts : x.count,
+                                                      p.pol.id(),
+                                                      v ? detail::counts_hash(caller[ru].data(), caller[ru].size()) : 0);
         L.timeout_ns = (differ ? 3000ull : 20000ull) * 1000000ull;
         L.checked = differ;
         L.op.set(op);

@@ -153,12 +153,7 @@ struct ll_bench {
             L.out = reinterpret_cast<T*>(rc.out);
             rc.scratch.resize(std::size_t(L.sch.scratch_elems()) + 1);
             L.scratch = rc.scratch.data();
-            L.sig.count = cnt;
-            L.sig.elem_bytes = eb;
-            L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), root);
-            L.sig.type_id = detail::type_hash<T>();
-            L.sig.op_id = detail::type_hash<Op>();
-            L.sig.algo_id = p.id();
+            L.sig = chorus_test::lane_signature_of<T, Op>(coll, L.sch.channels(), root, cnt, p.id());
             L.timeout_ns = timeout_ms * 1000000ull;
             L.op.set(op);
             rank_call* rcp = &rc;

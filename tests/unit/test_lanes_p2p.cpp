@@ -415,12 +415,8 @@ TEST_CASE("lanes p2p: messages and collectives on the same areas stay independen
             L.out = ar[std::size_t(r)].data();
             scratch[std::size_t(r)].resize(std::size_t(L.sch.scratch_elems()) + 1);
             L.scratch = scratch[std::size_t(r)].data();
-            L.sig.count = count;
-            L.sig.elem_bytes = sizeof(float);
-            L.sig.shape = detail::call_signature::make_shape(collective::all_reduce, L.sch.channels(), 0);
-            L.sig.type_id = detail::type_hash<float>();
-            L.sig.op_id = detail::type_hash<sum>();
-            L.sig.algo_id = policy_of<ring<>>.id();
+            L.sig = chorus_test::lane_signature_of<float, sum>(collective::all_reduce, L.sch.channels(), 0, count,
+                                                               policy_of<ring<>>.id());
             L.timeout_ns = 20000ull * 1000000ull;
             L.op.set(sum{});
             REQUIRE(L.sch.channels() == 1);

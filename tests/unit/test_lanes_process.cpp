@@ -249,11 +249,6 @@ std::string run_call(detail::lane_process_world& w, rank_buffers& b, const named
     detail::lane_launch<float, sum, any_schedule> L;
     L.world = w.world();
     L.rank = rank;
-    L.sig.count = count;
-    L.sig.elem_bytes = sizeof(float);
-    L.sig.type_id = detail::type_hash<float>();
-    L.sig.op_id = detail::type_hash<sum>();
-    L.sig.algo_id = p.pol.id();
     L.timeout_ns = timeout_ms * 1000000ull;
     L.op.set(sum{});
     const bool staged = m == mem::staged;
@@ -283,7 +278,7 @@ std::string run_call(detail::lane_process_world& w, rank_buffers& b, const named
     }
     L.in = run_in;
     L.out = run_out;
-    L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), root);
+    L.sig = chorus_test::lane_signature_of<float, sum>(coll, L.sch.channels(), root, count, p.pol.id());
 
     if (auto f = w.failure()) return std::string("ERR ") + to_string(f->code()) + " " + f->what();
     const status st = chorus_test::run_rank_lanes(L, 2);
@@ -411,13 +406,8 @@ std::string run_exchange(detail::lane_process_world& w, rank_buffers& b, const n
     L.in = in;
     L.out = out;
     L.scratch = reinterpret_cast<float*>(w.scratch());
-    L.sig.count = v ? total : count;
-    L.sig.counts_id = v ? detail::counts_hash(caller.data(), caller.size()) : 0;
-    L.sig.elem_bytes = sizeof(float);
-    L.sig.type_id = detail::type_hash<float>();
-    L.sig.op_id = detail::type_hash<sum>();
-    L.sig.algo_id = p.pol.id();
-    L.sig.shape = detail::call_signature::make_shape(coll, L.sch.channels(), 0);
+    L.sig = chorus_test::lane_signature_of<float, sum>(coll, L.sch.channels(), 0, v ? total : count, p.pol.id(),
+                                                       v ? detail::counts_hash(caller.data(), caller.size()) : 0);
     L.timeout_ns = 10000ull * 1000000ull;
     L.op.set(sum{});
     std::fill(caller.begin(), caller.end(), ~std::uint64_t(0) >> 8); // the caller frees its counts
