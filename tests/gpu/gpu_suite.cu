@@ -254,31 +254,24 @@ void async_and_graphs(world& w) {
     // CUDA graphs: capture two AllReduces per rank (a policy type through the
     // public form, then a policy value through detail::all_reduce_run), replay three times.
     const chorus::policy direct_value = chorus::policy::fixed(chorus::algorithm::direct, {2, 4096});
-    std::vector<cudaGraphExec_t> execs(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
-        w.set_device(r);
-        cudaGraph_t g;
-        float* p = bufs[std::size_t(r)].data();
-        cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
-        chorus::all_reduce<chorus::ring<chorus::ring_params{2, 4096}>>(w.comm(r), std::span<float>(p, count),
-                                                                       chorus::sum{}, w.stream(r));
-        on_stream{w.comm(r), w.stream(r), direct_value}.all_reduce<float>(p, p, count, chorus::sum{});
-        cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
-        cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
-        cudaGraphDestroy(g);
-    }
-    for (int rep = 0; rep < 3; ++rep) {
-        for (int r = 0; r < n; ++r) {
-            w.set_device(r);
-            bufs[std::size_t(r)].upload(std::vector<float>(count, float(r + rep)));
+    {
+        rank_graphs graphs(w, [&](int r) {
+            float* p = bufs[std::size_t(r)].data();
+            chorus::all_reduce<chorus::ring<chorus::ring_params{2, 4096}>>(w.comm(r), std::span<float>(p, count),
+                                                                           chorus::sum{}, w.stream(r));
+            on_stream{w.comm(r), w.stream(r), direct_value}.all_reduce<float>(p, p, count, chorus::sum{});
+        });
+        for (int rep = 0; rep < 3; ++rep) {
+            for (int r = 0; r < n; ++r) {
+                w.set_device(r);
+                bufs[std::size_t(r)].upload(std::vector<float>(count, float(r + rep)));
+            }
+            graphs.replay();
+            const float wr = float(n) * float(n * (n - 1) / 2 + n * rep); // the sum, then n times the sum
+            EXPECT(all_equal(w, bufs, 0, count, wr), "graph replay %d on %d ranks: want %f", rep, n, double(wr));
+            ++g_cases;
         }
-        for (int r = 0; r < n; ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
-        w.sync();
-        const float wr = float(n) * float(n * (n - 1) / 2 + n * rep); // the sum, then n times the sum
-        EXPECT(all_equal(w, bufs, 0, count, wr), "graph replay %d on %d ranks: want %f", rep, n, double(wr));
-        ++g_cases;
     }
-    for (auto e : execs) cudaGraphExecDestroy(e);
 
     // barrier
     for (int r = 0; r < n; ++r) chorus::barrier(w.comm(r), w.stream(r));
@@ -528,19 +521,12 @@ void exchange_forms(world& w) {
         for (std::size_t r = 0; r < nn; ++r) in[r].assign(sends[r], 0.f);
         auto ib = upload_all(w, in);
         auto ob = upload_all(w, out0);
-        std::vector<cudaGraphExec_t> execs(nn);
-        for (int r = 0; r < n; ++r) {
-            w.set_device(r);
-            cudaGraph_t g;
+        rank_graphs graphs(w, [&](int r) {
             const std::vector<std::size_t> counts = mc;
-            cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
             chorus::all_to_allv<direct<chorus::direct_params{2, 256}>>(
                 w.comm(r), std::span<const float>(ib[std::size_t(r)].data(), sends[std::size_t(r)]),
                 std::span<float>(ob[std::size_t(r)].data(), recvs[std::size_t(r)]), counts, w.stream(r));
-            cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
-            cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
-            cudaGraphDestroy(g);
-        }
+        });
         for (int rep = 0; rep < 2; ++rep) {
             for (std::size_t r = 0; r < nn; ++r) {
                 in[r].clear();
@@ -554,12 +540,10 @@ void exchange_forms(world& w) {
                     for (std::size_t j = 0; j < mc[q * nn + r]; ++j) want[r].push_back(val(int(q), s + j) + float(rep));
                 }
             }
-            for (int r = 0; r < n; ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
-            w.sync();
+            graphs.replay();
             EXPECT(wrong_elements(w, ob, want) == 0, "all_to_allv graph replay %d on %d ranks", rep, n);
             ++g_cases;
         }
-        for (auto e : execs) cudaGraphExecDestroy(e);
     }
 }
 
@@ -862,29 +846,20 @@ void ll_protocol(world& w) {
     // A captured LL AllReduce, replayed: the call number comes from device memory.
     const std::uint64_t count = 1000;
     auto bufs = constant_bufs(w, count, [](int r) { return float(r); });
-    std::vector<cudaGraphExec_t> execs(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
-        w.set_device(r);
-        cudaGraph_t g;
+    rank_graphs graphs(w, [&](int r) {
         float* p = bufs[std::size_t(r)].data();
-        cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
         on_stream{w.comm(r), w.stream(r), ll}.all_reduce<float>(p, p, count, chorus::sum{});
-        cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
-        cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
-        cudaGraphDestroy(g);
-    }
+    });
     for (int rep = 0; rep < 5; ++rep) {
         for (int r = 0; r < n; ++r) {
             w.set_device(r);
             bufs[std::size_t(r)].upload(std::vector<float>(count, float(r + rep)));
         }
-        for (int r = 0; r < n; ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
-        w.sync();
+        graphs.replay();
         const float want = float(n * (n - 1) / 2 + n * rep);
         EXPECT(all_equal(w, bufs, 0, count, want), "LL graph replay %d on %d ranks", rep, n);
         ++g_cases;
     }
-    for (auto e : execs) cudaGraphExecDestroy(e);
 }
 
 // Group launch (collectives/gpu_group.hpp): 20 AllReduces of different
@@ -936,36 +911,29 @@ void group_launch(world& w) {
     ++g_cases;
 
     // A group captured in a CUDA graph, replayed with new inputs.
-    std::vector<cudaGraphExec_t> execs(static_cast<std::size_t>(n));
-    for (int r = 0; r < n; ++r) {
-        w.set_device(r);
-        cudaGraph_t g;
-        cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
-        {
+    {
+        rank_graphs graphs(w, [&](int r) {
             gpu::group grp(w.comm(r), w.stream(r));
             for (int k = 0; k < 2; ++k) {
                 float* p = bufs[std::size_t(k)][std::size_t(r)].data();
                 all_reduce(w.comm(r), std::span<float>(p, counts[std::size_t(k)]), sum{}, w.stream(r));
             }
-        }
-        cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
-        cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
-        cudaGraphDestroy(g);
-    }
-    for (int rep = 0; rep < 3; ++rep) {
-        for (int r = 0; r < n; ++r) {
-            w.set_device(r);
+        });
+        for (int rep = 0; rep < 3; ++rep) {
+            for (int r = 0; r < n; ++r) {
+                w.set_device(r);
+                for (int k = 0; k < 2; ++k)
+                    bufs[std::size_t(k)][std::size_t(r)].upload(
+                        std::vector<float>(counts[std::size_t(k)], float(r + rep + k)));
+            }
+            graphs.replay();
             for (int k = 0; k < 2; ++k)
-                bufs[std::size_t(k)][std::size_t(r)].upload(std::vector<float>(counts[std::size_t(k)], float(r + rep + k)));
+                EXPECT(all_equal(w, bufs[std::size_t(k)], 0, counts[std::size_t(k)],
+                                 float(n * (n - 1) / 2 + n * (rep + k))),
+                       "grouped graph replay %d, call %d on %d ranks", rep, k, n);
+            ++g_cases;
         }
-        for (int r = 0; r < n; ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
-        w.sync();
-        for (int k = 0; k < 2; ++k)
-            EXPECT(all_equal(w, bufs[std::size_t(k)], 0, counts[std::size_t(k)], float(n * (n - 1) / 2 + n * (rep + k))),
-                   "grouped graph replay %d, call %d on %d ranks", rep, k, n);
-        ++g_cases;
     }
-    for (auto e : execs) cudaGraphExecDestroy(e);
 
     // Refusals: another stream inside a group, group_end without a group.
     {

@@ -196,6 +196,36 @@ struct world {
     }
 };
 
+//! One CUDA graph per rank: what `capture(r)` enqueues on rank r's stream,
+//! captured (relaxed mode) and instantiated; replay() launches every
+//! rank's graph, then waits for all of them (world::sync).
+struct rank_graphs {
+    world& w;
+    std::vector<cudaGraphExec_t> execs;
+    template <class Capture>
+    rank_graphs(world& wr, Capture&& capture) : w(wr), execs(std::size_t(wr.size())) {
+        for (int r = 0; r < w.size(); ++r) {
+            w.set_device(r);
+            cudaGraph_t g;
+            cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
+            capture(r);
+            cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
+            cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
+            cudaGraphDestroy(g);
+        }
+    }
+    rank_graphs(const rank_graphs&) = delete;
+    rank_graphs& operator=(const rank_graphs&) = delete;
+    ~rank_graphs() {
+        for (auto e : execs)
+            if (e != nullptr) cudaGraphExecDestroy(e);
+    }
+    void replay() {
+        for (int r = 0; r < w.size(); ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
+        w.sync();
+    }
+};
+
 //! The calls of the suite with a policy value, on a rank's stream: what the
 //! public stream-ordered forms (chorus::all_reduce<Algo>(..., stream)) run,
 //! chorus::detail::*_run(comm, policy_of<Algo>, ..., stream argument), so
