@@ -206,6 +206,15 @@ void run_policies(const std::vector<int>& devs, bool quick, const std::vector<pa
 // Futures, stream_wait, graphs, the public stream-ordered forms
 // ---------------------------------------------------------------------------
 
+//! Refills every rank's buffer with `count` copies of value(r).
+template <class F>
+void fill_constant(world& w, std::vector<dev_buf<float>>& b, std::uint64_t count, F value) {
+    for (int r = 0; r < w.size(); ++r) {
+        w.set_device(r);
+        b[std::size_t(r)].upload(std::vector<float>(count, value(r)));
+    }
+}
+
 //! One device buffer per rank holding `count` copies of value(r).
 template <class F>
 std::vector<dev_buf<float>> constant_bufs(world& w, std::uint64_t count, F value) {
@@ -213,8 +222,8 @@ std::vector<dev_buf<float>> constant_bufs(world& w, std::uint64_t count, F value
     for (int r = 0; r < w.size(); ++r) {
         w.set_device(r);
         b.emplace_back(count);
-        b.back().upload(std::vector<float>(count, value(r)));
     }
+    fill_constant(w, b, count, value);
     return b;
 }
 
@@ -262,10 +271,7 @@ void async_and_graphs(world& w) {
             on_stream{w.comm(r), w.stream(r), direct_value}.all_reduce<float>(p, p, count, chorus::sum{});
         });
         for (int rep = 0; rep < 3; ++rep) {
-            for (int r = 0; r < n; ++r) {
-                w.set_device(r);
-                bufs[std::size_t(r)].upload(std::vector<float>(count, float(r + rep)));
-            }
+            fill_constant(w, bufs, count, [rep](int r) { return float(r + rep); });
             graphs.replay();
             const float wr = float(n) * float(n * (n - 1) / 2 + n * rep); // the sum, then n times the sum
             EXPECT(all_equal(w, bufs, 0, count, wr), "graph replay %d on %d ranks: want %f", rep, n, double(wr));
@@ -851,10 +857,7 @@ void ll_protocol(world& w) {
         on_stream{w.comm(r), w.stream(r), ll}.all_reduce<float>(p, p, count, chorus::sum{});
     });
     for (int rep = 0; rep < 5; ++rep) {
-        for (int r = 0; r < n; ++r) {
-            w.set_device(r);
-            bufs[std::size_t(r)].upload(std::vector<float>(count, float(r + rep)));
-        }
+        fill_constant(w, bufs, count, [rep](int r) { return float(r + rep); });
         graphs.replay();
         const float want = float(n * (n - 1) / 2 + n * rep);
         EXPECT(all_equal(w, bufs, 0, count, want), "LL graph replay %d on %d ranks", rep, n);
