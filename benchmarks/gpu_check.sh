@@ -256,9 +256,12 @@ if [[ -n $PREBUILT ]]; then
     # elsewhere may lack one); the benchmark's --help must run.
     loads() { [[ -x $1 ]] && ldd "$1" >/dev/null 2>&1 && ! ldd "$1" | grep -q 'not found'; }
     # A tree built to be checked only (CHORUS_CUDA_UNOPTIMIZED, scripts/test
-    # on a machine without a GPU) would time unoptimized kernels: rebuilt.
-    if grep -q '^CHORUS_CUDA_UNOPTIMIZED:BOOL=ON' "$PREBUILT/CMakeCache.txt" 2>/dev/null; then
-        echo "gpu_check: --prebuilt $PREBUILT was built with CHORUS_CUDA_UNOPTIMIZED=ON; building here" |
+    # on a machine without a GPU; CHORUS_PROGRAMS_UNOPTIMIZED, scripts/test
+    # anywhere) would time unoptimized code: rebuilt.
+    unoptimized=$(grep -oE '^CHORUS_(CUDA|PROGRAMS)_UNOPTIMIZED:BOOL=ON' "$PREBUILT/CMakeCache.txt" 2>/dev/null |
+        head -n 1 | cut -d: -f1 || true)
+    if [[ -n $unoptimized ]]; then
+        echo "gpu_check: --prebuilt $PREBUILT was built with $unoptimized=ON; building here" |
             tee "$RESULTS_DIR/build.log"
     elif loads "$PREBUILT/tests/gpu/chorus_gpu_suite" && loads "$PREBUILT/benchmarks/chorus_bench_gpu" &&
         "$PREBUILT/benchmarks/chorus_bench_gpu" --help >/dev/null 2>&1; then
@@ -287,6 +290,7 @@ if ((!USE_PREBUILT)); then
         "-DCMAKE_CUDA_ARCHITECTURES=$CUDA_ARCH"
         -DCMAKE_BUILD_TYPE=Release
         -DCHORUS_CUDA_UNOPTIMIZED=OFF
+        -DCHORUS_PROGRAMS_UNOPTIMIZED=OFF
         "-DCHORUS_MPI=$( ((HAVE_MPIEXEC)) && echo AUTO || echo OFF)"
         "-DCMAKE_CUDA_COMPILER=$NVCC")
     echo "+ cmake ${CONFIG[*]}"
