@@ -198,27 +198,46 @@ struct world {
 
 //! One CUDA graph per rank: what `capture(r)` enqueues on rank r's stream,
 //! captured (relaxed mode) and instantiated; replay() launches every
-//! rank's graph, then waits for all of them (world::sync).
+//! rank's graph, then waits for all of them (world::sync). A capture or
+//! an instantiation that throws ends the capture it left open and frees
+//! what was made before it rethrows.
 struct rank_graphs {
     world& w;
-    std::vector<cudaGraphExec_t> execs;
+    std::vector<cudaGraphExec_t> execs; // null where not (yet) instantiated
     template <class Capture>
-    rank_graphs(world& wr, Capture&& capture) : w(wr), execs(std::size_t(wr.size())) {
-        for (int r = 0; r < w.size(); ++r) {
-            w.set_device(r);
-            cudaGraph_t g;
-            cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
-            capture(r);
-            cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
-            cuda_ok(cudaGraphInstantiate(&execs[std::size_t(r)], g, 0), "instantiate");
-            cudaGraphDestroy(g);
+    rank_graphs(world& wr, Capture&& capture) : w(wr), execs(std::size_t(wr.size()), nullptr) {
+        try {
+            for (int r = 0; r < w.size(); ++r) {
+                w.set_device(r);
+                cuda_ok(cudaStreamBeginCapture(w.stream(r), cudaStreamCaptureModeRelaxed), "capture");
+                cudaGraph_t g = nullptr;
+                try {
+                    capture(r);
+                } catch (...) {
+                    if (cudaStreamEndCapture(w.stream(r), &g) == cudaSuccess && g != nullptr) cudaGraphDestroy(g);
+                    throw;
+                }
+                cuda_ok(cudaStreamEndCapture(w.stream(r), &g), "end capture");
+                cudaGraphExec_t e = nullptr;
+                const cudaError_t rc = cudaGraphInstantiate(&e, g, 0);
+                cudaGraphDestroy(g);
+                cuda_ok(rc, "instantiate");
+                execs[std::size_t(r)] = e;
+            }
+        } catch (...) {
+            release();
+            throw;
         }
     }
     rank_graphs(const rank_graphs&) = delete;
     rank_graphs& operator=(const rank_graphs&) = delete;
-    ~rank_graphs() {
-        for (auto e : execs)
-            if (e != nullptr) cudaGraphExecDestroy(e);
+    ~rank_graphs() { release(); }
+    void release() noexcept {
+        for (auto& e : execs)
+            if (e != nullptr) {
+                cudaGraphExecDestroy(e);
+                e = nullptr;
+            }
     }
     void replay() {
         for (int r = 0; r < w.size(); ++r) cuda_ok(cudaGraphLaunch(execs[std::size_t(r)], w.stream(r)), "replay");
