@@ -5,6 +5,7 @@
 //! test_lanes.cpp (every rank a group of threads of one process) and
 //! test_lanes_process.cpp (one rank per process).
 
+#include <chorus/backend/transport.hpp>
 #include <chorus/exec/lane_channel.hpp>
 #include <chorus/exec/host_kernel.hpp>
 #include <chorus/exec/lane_p2p.hpp>
@@ -84,21 +85,19 @@ void start_lane_groups(const chorus::detail::lane_launch<T, Op, Schedule>& L, in
 
 //! The signature of one rank's call of (T, Op) by the policy with id
 //! `algo_id` on `channels` channels, as the GPU backend fills
-//! lane_launch::sig (`count`: the "v" collectives' sum of counts, whose
-//! fingerprint is `counts_id`).
+//! lane_launch::sig (detail::signature_of; `count`: the "v" collectives'
+//! sum of counts, whose fingerprint is `counts_id`).
 template <class T, class Op>
 chorus::detail::call_signature lane_signature_of(chorus::collective coll, int channels, int root,
                                                  std::uint64_t count, std::uint64_t algo_id,
                                                  std::uint64_t counts_id = 0) {
-    chorus::detail::call_signature s{};
-    s.count = count;
-    s.counts_id = counts_id;
-    s.elem_bytes = sizeof(T);
-    s.shape = chorus::detail::call_signature::make_shape(coll, channels, root);
-    s.type_id = chorus::detail::type_hash<T>();
-    s.op_id = chorus::detail::type_hash<Op>();
-    s.algo_id = algo_id;
-    return s;
+    chorus::detail::call c;
+    c.coll = coll;
+    c.root = root;
+    c.signature_count = count;
+    c.counts_id = counts_id;
+    c.types = chorus::detail::call_types_of<T, Op>();
+    return chorus::detail::signature_of(c, channels, algo_id);
 }
 
 //! Runs every channel of one rank's launch, each a group of `lanes`

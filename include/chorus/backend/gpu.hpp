@@ -919,14 +919,7 @@ void gpu_transport::enqueue_local(const call& c, const Op& op, Schedules& s, voi
     L.scratch = static_cast<T*>(stg.schedule_scratch);
     // What ranks compare: a barrier runs (and names) the direct<> schedule.
     const policy& p = coll == collective::barrier ? c.planned : c.pol;
-    L.sig = {};
-    L.sig.count = c.signature_count; // the "v" collectives: the sum of all counts (else c.count)
-    L.sig.counts_id = c.counts_id;
-    L.sig.elem_bytes = sizeof(T);
-    L.sig.shape = call_signature::make_shape(coll, sch.channels(), c.root);
-    L.sig.type_id = c.types.type_id;
-    L.sig.op_id = c.types.op_id;
-    L.sig.algo_id = p.id();
+    L.sig = signature_of(c, sch.channels(), p.id());
     L.timeout_ns = std::uint64_t(c.settings.timeout.count()) * 1000000ull;
     L.checked = c.settings.checked;
     L.op.set(op);

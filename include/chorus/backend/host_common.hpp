@@ -255,14 +255,8 @@ inline std::string mismatch_text(const std::string& what) {
 //! Fills the comparable part of `d` (what checked mode compares) for call
 //! `c` run on `channels` channels.
 inline void describe_call(descriptor& d, const call& c, int channels) {
+    d.sig = signature_of(c, channels, c.pol.id());
     d.sig.seq = c.seq;
-    d.sig.count = c.signature_count;
-    d.sig.elem_bytes = c.types.elem_bytes;
-    d.sig.shape = call_signature::make_shape(c.coll, channels, c.root);
-    d.sig.type_id = c.types.type_id;
-    d.sig.op_id = c.types.op_id;
-    d.sig.algo_id = c.pol.id();
-    d.sig.counts_id = c.counts_id;
     d.type_name = c.types.type_name;
     d.op_name = c.types.op_name;
     d.algo_name = policy_name(c.pol);

@@ -75,6 +75,7 @@
 #include "../core/env.hpp"
 #include "../core/error.hpp"
 #include "../core/options.hpp"
+#include "../core/signature.hpp"
 #include "../exec/host_kernel.hpp"
 #include "../model/cost.hpp"
 
@@ -180,6 +181,22 @@ struct call {
     //! transport that has one (small_message_bytes() > 0).
     bool small = false;
 };
+
+//! What ranks compare for call `c` (core/signature.hpp) planned on
+//! `channels` channels by the policy with id `algo_id`; `seq` left 0 (the
+//! GPU kernels count calls themselves). Every transport fills its
+//! signature with it.
+inline call_signature signature_of(const call& c, int channels, std::uint64_t algo_id) {
+    call_signature s{};
+    s.count = c.signature_count; // the "v" collectives: the sum of all counts
+    s.counts_id = c.counts_id;
+    s.elem_bytes = c.types.elem_bytes;
+    s.shape = call_signature::make_shape(c.coll, channels, c.root);
+    s.type_id = c.types.type_id;
+    s.op_id = c.types.op_id;
+    s.algo_id = algo_id;
+    return s;
+}
 
 //! The contract above, for the part that does not depend on the element
 //! type and operator (comm/communicator.hpp static_asserts it).
