@@ -923,12 +923,9 @@ void group_launch(world& w) {
             }
         });
         for (int rep = 0; rep < 3; ++rep) {
-            for (int r = 0; r < n; ++r) {
-                w.set_device(r);
-                for (int k = 0; k < 2; ++k)
-                    bufs[std::size_t(k)][std::size_t(r)].upload(
-                        std::vector<float>(counts[std::size_t(k)], float(r + rep + k)));
-            }
+            for (int k = 0; k < 2; ++k)
+                fill_constant(w, bufs[std::size_t(k)], counts[std::size_t(k)],
+                              [rep, k](int r) { return float(r + rep + k); });
             graphs.replay();
             for (int k = 0; k < 2; ++k)
                 EXPECT(all_equal(w, bufs[std::size_t(k)], 0, counts[std::size_t(k)],
@@ -966,11 +963,7 @@ void group_launch(world& w) {
     // The scope form with an _async call: its future waits for the calls queued before it.
     // (Inputs first: upload() synchronises the device, which must not
     // happen while a rank's group holds calls its peers' kernels wait for.)
-    for (int r = 0; r < n; ++r) {
-        w.set_device(r);
-        for (int k = 0; k < 3; ++k)
-            bufs[std::size_t(k)][std::size_t(r)].upload(std::vector<float>(counts[std::size_t(k)], float(r)));
-    }
+    for (int k = 0; k < 3; ++k) fill_constant(w, bufs[std::size_t(k)], counts[std::size_t(k)], [](int r) { return float(r); });
     std::vector<future> fs;
     for (int r = 0; r < n; ++r) {
         w.set_device(r);
